@@ -1,0 +1,147 @@
+"""The target the kernels run on: "cuda" (CuPy RawModule on an NVIDIA GPU) or "emu" (the CPU
+emulator in ckptlab.emu, NumPy arrays).
+
+The default is "cuda" when `cupy.cuda.is_available()`, else "emu". `CKPTLAB_DEVICE=cuda|emu`
+forces one; forcing "cuda" without a GPU is an error, never a silent fallback. Nothing else in
+ckptlab imports CuPy: ask this module for the array module (`xp()`) and for kernels (`load`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+TARGETS = ("cuda", "emu")
+KERNELS_DIR = Path(
+    os.environ.get("CKPTLAB_KERNELS", Path(__file__).resolve().parent.parent / "kernels")
+)
+
+_forced: str | None = None  # set by use(); wins over the environment
+_modules: dict = {}  # (target, file, options, name_expressions) -> loaded module
+
+
+class DeviceError(RuntimeError):
+    """The requested target cannot be used on this machine."""
+
+
+def cuda_available() -> bool:
+    """True when CuPy imports and sees at least one CUDA device."""
+    try:
+        import cupy
+    except Exception:
+        return False
+    try:
+        return bool(cupy.cuda.is_available())
+    except Exception:
+        return False
+
+
+def _check(name: str, source: str) -> str:
+    if name not in TARGETS:
+        raise DeviceError(f"unknown target {name!r} ({source}); expected one of {TARGETS}")
+    if name == "cuda" and not cuda_available():
+        raise DeviceError(
+            f"target 'cuda' was asked for ({source}) but no CUDA device is visible: CuPy is "
+            "missing or cupy.cuda.is_available() is False. Use 'emu' (the CPU emulator) or "
+            "install a GPU build of CuPy (pip install cupy-cuda12x) on a machine with a GPU."
+        )
+    return name
+
+
+def target() -> str:
+    """The current target: use() if set, else $CKPTLAB_DEVICE, else cuda if present, else emu."""
+    if _forced is not None:
+        return _forced
+    env = os.environ.get("CKPTLAB_DEVICE", "").strip().lower()
+    if env:
+        return _check(env, "CKPTLAB_DEVICE")
+    return "cuda" if cuda_available() else "emu"
+
+
+@contextlib.contextmanager
+def _restore(previous):
+    global _forced
+    try:
+        yield _forced
+    finally:
+        _forced = previous
+
+
+def use(name: str | None):
+    """Force the target for this process (None: back to the default). Usable as a context
+    manager: `with device.use("emu"): ...` restores the previous choice on exit."""
+    global _forced
+    previous = _forced
+    _forced = None if name is None else _check(name.strip().lower(), "device.use()")
+    return _restore(previous)
+
+
+def xp(name: str | None = None):
+    """The array module of a target: cupy on "cuda", numpy on "emu"."""
+    if (name or target()) == "cuda":
+        import cupy
+
+        return cupy
+    import numpy
+
+    return numpy
+
+
+def is_device_array(a, name: str | None = None) -> bool:
+    """True if `a` is an array of the target's module (a CuPy array on cuda, NumPy on emu)."""
+    return type(a).__module__.split(".")[0] == xp(name).__name__
+
+
+def to_numpy(a):
+    """Copy an array of either module to a NumPy array on the host."""
+    if type(a).__module__.split(".")[0] == "cupy":
+        return a.get()
+    import numpy
+
+    return numpy.asarray(a)
+
+
+def synchronize() -> None:
+    """Wait for queued GPU work (a no-op on the emulator, which runs launches synchronously)."""
+    if target() == "cuda":
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+
+
+def kernel_source(filename: str) -> str:
+    path = KERNELS_DIR / filename
+    if not path.is_file():
+        raise FileNotFoundError(f"no kernel file {filename!r} in {KERNELS_DIR}")
+    return path.read_text()
+
+
+def load(filename: str, options: tuple = (), name_expressions: tuple | None = None):
+    """Load kernels/<filename> for the current target, once per process per (target, options).
+
+    Returns a module with CuPy's RawModule surface: `get_function(name)`, and each function is
+    called as `f(grid, block, args, shared_mem=0)`.
+    """
+    name = target()
+    options = tuple(options)
+    names = tuple(name_expressions) if name_expressions else None
+    key = (name, filename, options, names)
+    if key in _modules:
+        return _modules[key]
+    code = kernel_source(filename)
+    include = (f"-I{KERNELS_DIR}",)
+    if name == "cuda":
+        import cupy
+
+        module = cupy.RawModule(
+            code=code, options=("-std=c++17",) + include + options, name_expressions=names
+        )
+    else:
+        from ckptlab import emu
+
+        module = emu.RawModule(
+            code=code, options=include + options, name_expressions=names, name=filename
+        )
+    _modules[key] = module
+    return module
