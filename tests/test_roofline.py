@@ -1,0 +1,100 @@
+"""The roofline against hand computations, and the spec table's completeness and sources."""
+
+import math
+
+import numpy as np
+import pytest
+
+from ckptlab import roofline
+
+FIELDS = ("fp32_flops", "tensor16_flops", "hbm_bytes_per_s", "l2_bytes", "smem_per_sm_bytes")
+
+
+def test_every_device_has_every_number_with_a_source():
+    assert {"A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "L4", "RTX-4090"} <= set(
+        roofline.SPECS
+    )
+    for name, entry in roofline.SPECS.items():
+        for field in FIELDS:
+            assert entry[field] > 0, (name, field)
+            assert "http" in entry["sources"][field], (name, field)
+        # tensor cores beat CUDA cores on every part here, and no part has more L2 than 100 MiB
+        assert entry["tensor16_flops"] > entry["fp32_flops"], name
+        assert entry["l2_bytes"] < 100 * roofline.MIB, name
+
+
+def test_aliases_and_lookup():
+    assert roofline.spec("a100")["name"] == "A100-SXM4-80GB"
+    assert roofline.spec("H200")["hbm_bytes_per_s"] == 4.8e12
+    assert roofline.spec("RTX-4090")["l2_bytes"] == 75497472  # device query: 75497472 bytes
+    with pytest.raises(ValueError, match="unknown device"):
+        roofline.spec("V100")
+    with pytest.raises(TypeError, match="device name"):
+        roofline.spec(3)
+
+
+def test_a100_fp32_by_hand():
+    # A100 SXM 80GB, fp32: peak 19.5e12 FLOP/s, bandwidth 2.039e12 B/s.
+    # ridge = 19.5e12 / 2.039e12 = 9.5635 FLOP/byte.
+    # A kernel of 1e9 FLOPs and 1e8 bytes: I = 10 FLOP/byte, just right of the ridge, so
+    # compute-bound: t = 1e9 / 19.5e12 = 51.282 us (memory alone: 1e8 / 2.039e12 = 49.044 us).
+    assert roofline.ridge_point("a100", "fp32") == pytest.approx(9.56351152, rel=1e-8)
+    assert roofline.arithmetic_intensity(1e9, 1e8) == 10.0
+    t = roofline.modeled_time(1e9, 1e8, "a100", "fp32")
+    assert t.bound == "compute"
+    assert t.seconds == pytest.approx(51.2820513e-6, rel=1e-8)
+    assert t.memory_s == pytest.approx(49.0436488e-6, rel=1e-8)
+    assert t.source == "modeled" and t.device == "A100-SXM4-80GB"
+    # Ten times the bytes (I = 1): memory-bound, t = 1e9 / 2.039e12 = 490.44 us.
+    t = roofline.modeled_time(1e9, 1e9, "a100", "fp32")
+    assert t.bound == "memory"
+    assert t.seconds == pytest.approx(490.436488e-6, rel=1e-8)
+    # The roof: I = 1 -> 2.039e12 FLOP/s (bandwidth-limited); I = 100 -> the 19.5e12 peak.
+    assert roofline.attainable_flops(1.0, "a100") == pytest.approx(2.039e12)
+    assert roofline.attainable_flops(100.0, "a100") == 19.5e12
+
+
+def test_flashattention_fig2_on_a100_by_hand():
+    # FA1 paper Fig. 2 (REFERENCES.md), fp16 on tensor cores (312e12 FLOP/s), 2.039e12 B/s.
+    # standard: 66.6 GFLOPs, 40.3 GB -> compute 0.2135 ms, memory 19.765 ms: memory-bound.
+    # flash:    75.2 GFLOPs,  4.4 GB -> compute 0.2410 ms, memory  2.158 ms: memory-bound.
+    std = roofline.modeled_time(66.6e9, 40.3e9, "a100", "fp16")
+    fla = roofline.modeled_time(75.2e9, 4.4e9, "a100", "fp16")
+    assert std.bound == fla.bound == "memory"
+    assert std.seconds == pytest.approx(19.7646e-3, rel=1e-4)
+    assert fla.seconds == pytest.approx(2.15792e-3, rel=1e-4)
+    # Both memory-bound, so the modeled speed-up is the byte ratio 40.3 / 4.4 = 9.16x, despite
+    # flash doing 13% more FLOPs; the paper measured 5.7x (41.7 ms vs 7.3 ms), and the model,
+    # a lower bound on time, sits below both measurements.
+    assert std.seconds / fla.seconds == pytest.approx(40.3 / 4.4, rel=1e-12)
+    assert std.seconds < 41.7e-3 and fla.seconds < 7.3e-3
+
+
+def test_dtype_picks_the_right_peak():
+    assert roofline.peak_flops("h100", "bf16") == roofline.peak_flops("h100", np.float16)
+    assert roofline.peak_flops("h100", "fp32") == 67e12
+    assert roofline.ridge_point("h200", "bf16") == pytest.approx(989.5e12 / 4.8e12)
+    with pytest.raises(ValueError, match="dtype"):
+        roofline.peak_flops("h100", "fp8")
+
+
+def test_utilization_is_mfu_or_hfu():
+    # 9.75e12 FLOPs in one second on an A100 in fp32 is half of the 19.5e12 peak.
+    assert roofline.utilization(9.75e12, 1.0, "a100") == pytest.approx(0.5)
+    # Recompute FLOPs raise HFU above MFU for the same time: 1.33x the FLOPs, 1.33x the ratio.
+    mfu = roofline.utilization(3e12, 0.5, "l4", "bf16")
+    hfu = roofline.utilization(4e12, 0.5, "l4", "bf16")
+    assert hfu / mfu == pytest.approx(4 / 3)
+
+
+def test_bad_numbers_are_refused():
+    with pytest.raises(ValueError, match="bytes_moved"):
+        roofline.arithmetic_intensity(1e9, 0)
+    with pytest.raises(ValueError, match="flops"):
+        roofline.modeled_time(-1, 10, "a100")
+    with pytest.raises(ValueError, match="flops"):
+        roofline.modeled_time(math.nan, 10, "a100")
+    with pytest.raises(TypeError, match="flops"):
+        roofline.modeled_time("1e9", 10, "a100")
+    with pytest.raises(ValueError, match="seconds"):
+        roofline.utilization(1e9, 0.0, "a100")
