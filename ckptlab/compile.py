@@ -66,21 +66,12 @@ _FIELDS = {  # the pieces of a "Used ..." or stack line; their order and presenc
 _CMEM = re.compile(r"(\d+) bytes cmem\[(\d+)\]")
 
 
+_UNREAD = {"registers": None, "barriers": None, "smem": 0, "lmem": 0, "stack": None}
+_UNREAD |= {"spill_stores": None, "spill_loads": None, "cumulative_stack": None}
+
+
 def _new_record(symbol, kind, arch):
-    return {
-        "symbol": symbol,
-        "kind": kind,
-        "arch": arch,
-        "registers": None,
-        "barriers": None,
-        "smem": 0,
-        "lmem": 0,
-        "stack": None,
-        "spill_stores": None,
-        "spill_loads": None,
-        "cumulative_stack": None,
-        "cmem": {},
-    }
+    return {"symbol": symbol, "kind": kind, "arch": arch, **_UNREAD, "cmem": {}}
 
 
 def parse_ptxas_log(log: str, arch: str | None = None) -> list[dict]:
@@ -272,19 +263,9 @@ def compile_file(path, arch: str = "sm_90", backend: str | None = None) -> list[
         nvcc = shutil.which("nvcc")
         label = f"nvcc {_nvcc_version(nvcc)}"
         with tempfile.TemporaryDirectory() as tmp:
-            cmd = [
-                nvcc,
-                f"-arch={arch}",
-                "-cubin",
-                "--resource-usage",
-                "-Xptxas",
-                "-v",
-                "-std=c++17",
-                *includes,
-                "-o",
-                str(Path(tmp) / "out.cubin"),
-                str(path),
-            ]
+            flags = "-cubin --resource-usage -Xptxas -v -std=c++17".split()
+            out = str(Path(tmp) / "out.cubin")
+            cmd = [nvcc, f"-arch={arch}", *flags, *includes, "-o", out, str(path)]
             run = subprocess.run(cmd, capture_output=True, text=True)
         ok, log = run.returncode == 0, run.stdout + run.stderr
     seconds = time.perf_counter() - start
@@ -330,12 +311,20 @@ def _resolve(files):
 
 def report(files=None, arch: str = "sm_90", backend: str | None = None) -> list[dict]:
     """Records for every kernels/*.cu (or the given files or names in kernels/) for `arch`:
-    kernels first, in file order; __noinline__ device functions after their file's kernels."""
+    each file's kernels in source order (ptxas reports them backwards), then its device
+    functions."""
     rows = []
     for path in _resolve(files):
-        records = compile_file(path, arch, backend)
-        rows += sorted(records, key=lambda r: r["kind"] != "kernel")
+        rows += _source_order(compile_file(path, arch, backend), path.read_text())
     return rows
+
+
+def _source_order(records, source):
+    def key(r):
+        m = re.search(rf"\b{re.escape(r['symbol'])}\s*\(", source)  # a mangled name: not found
+        return (r["kind"] != "kernel", m.start() if m else len(source))
+
+    return sorted(records, key=key)
 
 
 def format_report(rows: list[dict]) -> str:
