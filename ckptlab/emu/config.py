@@ -1,0 +1,78 @@
+"""The emulator's settings: how kernels run and what is checked.
+
+    mode        "counted" (default): the build with memory hooks: counts every global byte per
+                argument, checks bounds, and (race_check) shared-memory races. "fast": the plain
+                build: no counts, no bounds checks, ~2x quicker.
+    race_check  flag a shared-memory access that conflicts with another thread's access since
+                the last __syncthreads (on by default; counted mode only).
+    stack_kib   stack size of each emulated thread (fiber), in KiB (default 64).
+    watchdog_s  a launch running longer than this is stopped with an EmuError (default 120).
+
+Set them for the process with configure(...), or for a block with `with settings(...)`. The
+environment can preset them: CKPTLAB_EMU_MODE, CKPTLAB_EMU_RACE_CHECK=0|1,
+CKPTLAB_EMU_STACK_KIB, CKPTLAB_EMU_WATCHDOG_S.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class Settings:
+    mode: str = "counted"
+    race_check: bool = True
+    stack_kib: int = 64
+    watchdog_s: float = 120.0
+
+
+def _from_env() -> Settings:
+    s = Settings()
+    env = os.environ
+    return _checked(replace(
+        s,
+        mode=env.get("CKPTLAB_EMU_MODE", s.mode),
+        race_check=env.get("CKPTLAB_EMU_RACE_CHECK", "1") not in ("0", "false", "no"),
+        stack_kib=int(env.get("CKPTLAB_EMU_STACK_KIB", s.stack_kib)),
+        watchdog_s=float(env.get("CKPTLAB_EMU_WATCHDOG_S", s.watchdog_s)),
+    ))
+
+
+def _checked(s: Settings) -> Settings:
+    if s.mode not in ("counted", "fast"):
+        raise ValueError(f"emulator mode must be 'counted' or 'fast', got {s.mode!r}")
+    if not 8 <= s.stack_kib <= 64 * 1024:
+        raise ValueError(f"stack_kib must be in [8, 65536] KiB, got {s.stack_kib}")
+    if not s.watchdog_s > 0:
+        raise ValueError(f"watchdog_s must be > 0 seconds, got {s.watchdog_s}")
+    return s
+
+
+_current = _from_env()
+
+
+def current() -> Settings:
+    return _current
+
+
+def configure(*, mode=None, race_check=None, stack_kib=None, watchdog_s=None) -> Settings:
+    """Change the process-wide settings; returns the previous ones."""
+    global _current
+    previous = _current
+    changes = {k: v for k, v in dict(mode=mode, race_check=race_check, stack_kib=stack_kib,
+                                     watchdog_s=watchdog_s).items() if v is not None}
+    _current = _checked(replace(_current, **changes))
+    return previous
+
+
+@contextlib.contextmanager
+def settings(**changes):
+    """Temporary settings: `with emu.settings(mode="fast"): ...`."""
+    global _current
+    previous = configure(**changes)
+    try:
+        yield _current
+    finally:
+        _current = previous

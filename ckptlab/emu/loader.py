@@ -1,0 +1,320 @@
+"""CuPy's RawModule surface on the CPU: RawModule(code=...).get_function(name)(grid, block,
+args, shared_mem=0) runs a kernel on the emulator. Arguments are checked against the kernel's
+own C parameter types before anything runs: a wrong count, a Python scalar where the kernel
+takes a 32-bit one (CuPy would pass 64 bits), a wrong dtype, a non-contiguous or read-only
+array for a written pointer, all raise EmuArgumentError with the parameter's name.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import config
+from .build import EmuError, build_module, source_line
+from .counters import ArgTraffic, Launch, _publish
+
+MAX_ARGS = 64
+BLOCK_LIMITS, MAX_BLOCK_THREADS = (1024, 1024, 64), 1024
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
+DEFAULT_SHARED_LIMIT = 48 * 1024  # beyond it a GPU launch needs max_dynamic_shared_size_bytes
+
+DTYPES = {
+    "float": np.float32, "double": np.float64, "int": np.int32, "unsigned int": np.uint32,
+    "long long": np.int64, "unsigned long long": np.uint64, "long": np.int64,
+    "unsigned long": np.uint64, "short": np.int16, "unsigned short": np.uint16,
+    "char": np.int8, "signed char": np.int8, "unsigned char": np.uint8, "bool": np.bool_,
+    "float2": np.float32, "float4": np.float32, "int2": np.int32, "int4": np.int32,
+    "uint2": np.uint32, "uint4": np.uint32, "double2": np.float64,
+}
+VECTOR_BYTES = {"float2": 8, "float4": 16, "int2": 8, "int4": 16, "uint2": 8, "uint4": 16,
+                "double2": 16}
+FAULT_NAMES = {1: "barrier", 2: "warp", 3: "access", 4: "race", 5: "stack", 6: "signal",
+               7: "watchdog", 8: "interrupt", 9: "trap", 10: "config"}
+_LAUNCH_LOCK = threading.Lock()  # one launch at a time per process (signals are global)
+
+
+class EmuArgumentError(EmuError, TypeError):
+    """Arguments that don't match the kernel's parameters (also a TypeError)."""
+
+
+class _Buf(ctypes.Structure):
+    _fields_ = [("lo", ctypes.c_uint64), ("size", ctypes.c_uint64), ("arg", ctypes.c_int32),
+                ("pad", ctypes.c_int32)]
+
+
+class _Config(ctypes.Structure):
+    _fields_ = [("counted", ctypes.c_int32), ("race_check", ctypes.c_int32),
+                ("stack_kib", ctypes.c_int32), ("pad", ctypes.c_int32),
+                ("watchdog_s", ctypes.c_double)]
+
+
+class _Counters(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64 * MAX_ARGS)
+                for n in ("read", "write", "atomic_ops", "atomic_bytes")] + [
+        (n, ctypes.c_uint64)
+        for n in ("shared_read", "shared_write", "shared_atomics", "threads", "blocks")]
+
+
+class _Fault(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int32), ("has_thread", ctypes.c_int32),
+                ("block", ctypes.c_uint32 * 3), ("thread", ctypes.c_uint32 * 3),
+                ("pc", ctypes.c_uint64), ("line", ctypes.c_int32), ("pad", ctypes.c_int32),
+                ("file", ctypes.c_char * 256), ("message", ctypes.c_char * 2048)]
+
+
+# ---- finding kernels and their parameter names in the source --------------------------------
+_KERNEL = re.compile(
+    r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+'
+    r"(?:__launch_bounds__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)\s*\("
+)
+
+
+def strip_comments(code: str) -> str:
+    """Remove // and /* */ comments, keeping newlines (so line numbers stay right)."""
+    return re.sub(r"//[^\n]*|/\*.*?\*/", lambda m: re.sub(r"[^\n]", " ", m.group()), code,
+                  flags=re.S)
+
+
+def kernel_names(code: str) -> list[str]:
+    """Names of the `extern "C" __global__ void NAME(` kernels, in source order."""
+    return _KERNEL.findall(strip_comments(code))
+
+
+def parameter_names(code: str, base: str) -> list[str]:
+    """Parameter names of kernel `base` as written in the source ([] if not found)."""
+    code = strip_comments(code)
+    m = re.search(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
+                  rf"(?:__launch_bounds__\s*\([^)]*\)\s*)?{re.escape(base)}\s*\(", code)
+    if not m:
+        return []
+    depth, i, start = 1, m.end(), m.end()
+    while i < len(code) and depth:
+        depth += {"(": 1, ")": -1}.get(code[i], 0)
+        i += 1
+    params, depth, cur = [], 0, ""
+    for ch in code[start:i - 1]:
+        depth += {"<": 1, "(": 1, ">": -1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            params.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    params.append(cur)
+    names = []
+    for p in params:
+        words = re.findall(r"[A-Za-z_]\w*", p.split("=")[0])
+        if words:
+            names.append(words[-1])
+    return names
+
+
+# ---- the module -----------------------------------------------------------------------------
+class RawModule:
+    """A .cu source compiled for the emulator, with CuPy's RawModule constructor and
+    get_function(). Options understood: -I, -D, -U (others, e.g. -std=, are NVRTC's own)."""
+
+    def __init__(self, code=None, *, path=None, options=(), name_expressions=None,
+                 name=None, backend=None, jitify=False, translate_cucomplex=False,
+                 enable_cooperative_groups=False):
+        if (code is None) == (path is None):
+            raise TypeError("RawModule needs exactly one of code= or path=")
+        if path is not None:
+            code = Path(path).read_text()
+            name = name or Path(path).name
+        self.code = code
+        self.name = name or "<string>"
+        self.options = tuple(options)
+        self.name_expressions = tuple(name_expressions or ())
+        self._expressions = kernel_names(code) + [
+            e for e in self.name_expressions if e not in kernel_names(code)]
+        self._libs: dict = {}  # mode -> (ctypes library, path)
+
+    def _library(self, mode: str):
+        if mode not in self._libs:
+            path = build_module(self.code, self.name, self._expressions, self.options, mode)
+            lib = ctypes.CDLL(str(path))
+            lib.emu_launch.restype = ctypes.c_int
+            lib.emu_launch.argtypes = [
+                ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32),
+                ctypes.POINTER(ctypes.c_uint32), ctypes.c_uint64, ctypes.POINTER(_Buf),
+                ctypes.c_int, ctypes.POINTER(_Config), ctypes.POINTER(_Counters)]
+            lib.emu_fault.restype = ctypes.POINTER(_Fault)
+            self._libs[mode] = (lib, path)
+        return self._libs[mode]
+
+    def get_function(self, name: str) -> Kernel:
+        if name not in self._expressions:
+            raise AttributeError(
+                f"no kernel {name!r} in {self.name}: found {self._expressions or 'none'} "
+                '(kernels must be `extern "C" __global__`, or templates named in '
+                "name_expressions)")
+        index = self._expressions.index(name)
+        self._library(config.current().mode)  # compile now: errors show here, not at launch
+        return Kernel(self, name, index)
+
+
+class Kernel:
+    """One kernel: call it as kernel(grid, block, args, shared_mem=0), like cupy.RawKernel."""
+
+    def __init__(self, module: RawModule, name: str, index: int):
+        self.module, self.name, self.index = module, name, index
+        self.max_dynamic_shared_size_bytes = DEFAULT_SHARED_LIMIT
+        lib, _ = module._library(config.current().mode)
+        sig_fn = getattr(lib, f"emu_sig_{index}")
+        sig_fn.restype = ctypes.c_char_p
+        sig = sig_fn().decode()
+        self.param_types = [] if sig == "void" else sig.split(",")
+        names = parameter_names(module.code, name.split("<")[0].strip())
+        if len(names) != len(self.param_types):
+            names = [f"arg{i}" for i in range(len(self.param_types))]
+        self.param_names = names
+
+    @property
+    def params(self) -> list[tuple[str, str]]:
+        """(C type, name) of each parameter, e.g. ("const float*", "Q")."""
+        return list(zip(self.param_types, self.param_names))
+
+    def _error(self, msg: str) -> EmuArgumentError:
+        return EmuArgumentError(f"{self.name}: {msg}", kind="argument", kernel=self.name)
+
+    def _dims(self, value, what: str, limits) -> tuple:
+        if isinstance(value, (int, np.integer)):
+            value = (int(value),)
+        try:
+            dims = tuple(int(v) for v in value)
+        except TypeError:
+            raise self._error(f"{what} must be an int or a tuple of 1 to 3 ints, got "
+                              f"{value!r}") from None
+        if not 1 <= len(dims) <= 3:
+            raise self._error(f"{what} must have 1 to 3 dimensions, got {dims}")
+        dims = dims + (1,) * (3 - len(dims))
+        for axis, (d, lim) in enumerate(zip(dims, limits)):
+            if not 1 <= d <= lim:
+                raise self._error(f"{what}[{axis}] = {d} is outside [1, {lim}]")
+        return dims
+
+    def _pack(self, args):
+        """ctypes argument array, keep-alive list and argument buffers, after checking."""
+        if not isinstance(args, (tuple, list)):
+            raise self._error(f"args must be a tuple, got {type(args).__name__}")
+        if len(args) != len(self.param_types):
+            want = ", ".join(f"{t} {n}" for t, n in self.params) or "none"
+            raise self._error(f"takes {len(self.param_types)} arguments ({want}), got "
+                              f"{len(args)}")
+        keep, bufs = [], []
+        ptrs = (ctypes.c_void_p * max(1, len(args)))()
+        for i, ((ctype, pname), value) in enumerate(zip(self.params, args)):
+            where = f"argument {i} ({ctype} {pname})"
+            if ctype.endswith("*"):
+                base = ctype[:-1].replace("const ", "").strip()
+                if type(value).__module__.split(".")[0] == "cupy":
+                    raise self._error(f"{where} is a CuPy (GPU) array; the emulator runs on "
+                                      "the CPU and takes NumPy arrays")
+                if not isinstance(value, np.ndarray):
+                    raise self._error(f"{where} must be a NumPy array, got "
+                                      f"{type(value).__name__}")
+                if value.dtype != DTYPES[base]:
+                    raise self._error(f"{where} must have dtype {np.dtype(DTYPES[base])}, got "
+                                      f"{value.dtype}")
+                if not value.flags.c_contiguous:
+                    raise self._error(f"{where} must be C-contiguous (kernels ignore strides: "
+                                      "pass np.ascontiguousarray(x), never x.T)")
+                if not ctype.startswith("const") and not value.flags.writeable:
+                    raise self._error(f"{where} is written by the kernel but the array is "
+                                      "read-only")
+                vec = VECTOR_BYTES.get(base)
+                if vec and (value.nbytes % vec or value.ctypes.data % vec):
+                    raise self._error(f"{where} needs a size and address that are multiples "
+                                      f"of {vec} bytes")
+                holder = ctypes.c_void_p(value.ctypes.data)
+                keep += [value, holder]
+                ptrs[i] = ctypes.addressof(holder)
+                if value.nbytes:
+                    bufs.append((value.ctypes.data, value.nbytes, i))
+            else:
+                want = DTYPES.get(ctype)
+                if want is None or ctype in VECTOR_BYTES:
+                    raise self._error(f"{where}: by-value parameters of type {ctype} are not "
+                                      "supported by the emulator")
+                if not isinstance(value, np.generic) or value.dtype != want:
+                    got = type(value).__name__
+                    hint = (" (CuPy would pass a Python scalar as a 64-bit value: wrong bytes "
+                            "for this parameter)" if isinstance(value, (int, float, bool))
+                            else "")
+                    raise self._error(f"{where} must be np.{np.dtype(want).name}(...), got "
+                                      f"{got}{hint}")
+                holder = np.array(value, dtype=want)
+                keep.append(holder)
+                ptrs[i] = holder.ctypes.data
+        cbufs = (_Buf * max(1, len(bufs)))(*[_Buf(lo, n, a, 0) for lo, n, a in bufs])
+        return ptrs, keep, cbufs, len(bufs)
+
+    def __call__(self, grid, block, args, *, shared_mem=0, stream=None,
+                 enable_cooperative_groups=False):
+        grid = self._dims(grid, "grid", GRID_LIMITS)
+        block = self._dims(block, "block", BLOCK_LIMITS)
+        threads = block[0] * block[1] * block[2]
+        if threads > MAX_BLOCK_THREADS:
+            raise self._error(f"block {block} has {threads} threads; at most "
+                              f"{MAX_BLOCK_THREADS} are allowed")
+        shared_mem = int(shared_mem)
+        if shared_mem < 0:
+            raise self._error(f"shared_mem must be >= 0, got {shared_mem}")
+        if shared_mem > self.max_dynamic_shared_size_bytes:
+            raise self._error(
+                f"shared_mem={shared_mem} bytes exceeds the {self.max_dynamic_shared_size_bytes}"
+                "-byte limit: on a GPU more than 48 KiB of dynamic shared memory needs "
+                "kernel.max_dynamic_shared_size_bytes raised first (e.g. up to 227 KiB on H100)")
+        ptrs, keep, cbufs, nbuf = self._pack(args)
+        s = config.current()
+        lib, path = self.module._library(s.mode)
+        cfg = _Config(int(s.mode == "counted"), int(s.race_check), int(s.stack_kib), 0,
+                      float(s.watchdog_s))
+        counters = _Counters()
+        launcher = ctypes.cast(getattr(lib, f"emu_launch_{self.index}"), ctypes.c_void_p)
+        with _LAUNCH_LOCK:
+            t0 = time.perf_counter()
+            rc = lib.emu_launch(launcher, ptrs, (ctypes.c_uint32 * 3)(*grid),
+                                (ctypes.c_uint32 * 3)(*block), shared_mem, cbufs, nbuf,
+                                ctypes.byref(cfg), ctypes.byref(counters))
+            seconds = time.perf_counter() - t0
+        del keep
+        if rc != 0:
+            raise self._fault(lib.emu_fault().contents, path)
+        launch = Launch(kernel=self.name, module=self.module.name, grid=grid, block=block,
+                        shared_mem=shared_mem, mode=s.mode, seconds=seconds,
+                        threads=counters.threads, blocks=counters.blocks)
+        if s.mode == "counted":
+            launch.args = {
+                n: ArgTraffic(counters.read[i], counters.write[i], counters.atomic_ops[i],
+                              counters.atomic_bytes[i])
+                for i, (t, n) in enumerate(self.params) if t.endswith("*")}
+            launch.shared_read_bytes = counters.shared_read
+            launch.shared_write_bytes = counters.shared_write
+            launch.shared_atomics = counters.shared_atomics
+        _publish(launch)
+        return launch
+
+    def _fault(self, f: _Fault, library: Path) -> BaseException:
+        kind = FAULT_NAMES.get(f.kind, "fault")
+        message = f.message.decode(errors="replace")
+        for i, (_, n) in enumerate(self.params):
+            message = message.replace(f"{{arg{i}}}", repr(n))
+        file, line = f.file.decode(errors="replace") or None, f.line or None
+        if not line and f.pc:
+            file, line = source_line(library, f.pc)
+        block, thread = tuple(f.block), tuple(f.thread) if f.has_thread else None
+        where = [f"block {block}"] + ([f"thread {thread}"] if thread else [])
+        if line:
+            where.append(f"{file}:{line}")
+        text = f"{self.name}: {message} [{', '.join(where)}]"
+        if kind == "interrupt":
+            return KeyboardInterrupt(text)
+        return EmuError(text, kind=kind, kernel=self.name, block=block, thread=thread,
+                        file=file, line=line)

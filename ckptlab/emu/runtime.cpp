@@ -1,0 +1,883 @@
+// runtime.cpp: the emulator's execution engine, linked into every emulated kernel module.
+// Compiled WITHOUT the sanitizer (its own loads and stores must not call the hooks below).
+//
+//   emu_launch   runs a grid: blocks one after another; inside a block every CUDA thread is a
+//                fiber on this OS thread, run until it blocks (barrier, warp op) or exits.
+//   scheduler    releases a __syncthreads when every live thread waits at the same one; a warp
+//                operation completes when every lane of its mask has arrived; anything else
+//                (some threads exited, different barriers, a lane missing) is an error.
+//   hooks        __asan_{load,store}N_noabort: GCC calls them before every memory access of the
+//                kernel file; they classify the address (kernel argument, shared, own stack,
+//                module data), count bytes per argument, and check bounds and shared races.
+//   faults       become an EmuFault the Python side raises as EmuError; the process survives:
+//                in-fiber errors switch back to the scheduler, signals (SIGSEGV, stack overflow,
+//                SIGFPE, the watchdog timer, Ctrl-C) siglongjmp back to emu_launch.
+#include "shim.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdlib>
+
+#define EMU_API extern "C" __attribute__((visibility("default")))
+
+static constexpr int kMaxThreads = 1024;
+static constexpr int kMaxArgs = 64;
+static constexpr size_t kGuard = 64 * 1024;  // PROT_NONE below each fiber stack
+
+enum State : uint8_t { READY, AT_BARRIER, AT_WARP, EXITED, ABORTED };
+enum FaultKind {
+    F_NONE = 0, F_BARRIER = 1, F_WARP = 2, F_ACCESS = 3, F_RACE = 4, F_STACK = 5,
+    F_SIGNAL = 6, F_WATCHDOG = 7, F_INTERRUPT = 8, F_TRAP = 9, F_CONFIG = 10
+};
+enum { OP_SYNCWARP = 7 };
+
+struct Buf { uint64_t lo, size; int32_t arg, pad; };  // one kernel-argument buffer (Python)
+struct Config { int32_t counted, race_check, stack_kib, pad; double watchdog_s; };
+struct Counters {
+    uint64_t read[kMaxArgs], write[kMaxArgs], atomic_ops[kMaxArgs], atomic_bytes[kMaxArgs];
+    uint64_t shared_read, shared_write, shared_atomics, threads, blocks;
+};
+struct Fault {
+    int32_t kind, has_thread;
+    uint32_t block[3], thread[3];
+    uint64_t pc;  // offset of the faulting instruction in this module (for addr2line), or 0
+    int32_t line, pad;
+    char file[256];
+    char message[2048];
+};
+
+struct Fiber {
+    void* sp;
+    char* map;            // whole mapping: guard + stack
+    char *lo, *hi;        // usable stack
+    uint3 idx;
+    uint8_t state;
+    const char* file;     // where it waits
+    int line;
+    int pred;             // __syncthreads_count/and/or argument
+};
+struct Warp {
+    bool active;
+    int op, line;
+    unsigned mask, arrived;
+    const char* file;
+    unsigned long long val[32], result[32];
+    int arg[32], width[32];
+};
+struct Shadow { uint32_t w_epoch, r_epoch; uint16_t w_tid, r_tid, w_wep, r_wep; };
+static constexpr uint16_t kManyReaders = 0xFFFF;
+
+EmuBuiltins emu_builtins;
+char* emu_dynamic_shared;
+
+extern "C" char __start_emu_shared[] __attribute__((weak));
+extern "C" char __stop_emu_shared[] __attribute__((weak));
+
+// ---- launch state (globals: a launch is serial and may be abandoned by siglongjmp) ----------
+static Fiber g_fibers[kMaxThreads];
+static Warp g_warps[kMaxThreads / 32];
+static uint16_t g_wepoch[kMaxThreads / 32];
+static size_t g_stack_size;        // usable bytes per fiber stack
+static int g_nstacks;
+static void* g_sched_sp;
+static Fiber* volatile g_cur;      // the running fiber, or null in the scheduler
+static int g_cur_tid;
+static int g_nthreads;
+static void (*g_launcher)(void**);
+static void** g_args;
+static Config g_cfg;
+static Counters g_cnt;
+static Fault g_fault;
+static volatile sig_atomic_t g_failed, g_in_launch, g_interrupted;
+static sigjmp_buf g_jmp;
+static const Buf* g_bufs;
+static int g_nbuf;
+static uintptr_t g_sh_lo, g_dyn_lo;
+static size_t g_sh_size, g_dyn_size, g_dyn_cap;
+static Shadow* g_shadow;
+static size_t g_shadow_cap;
+static uint32_t g_bepoch;          // barrier epoch: +1 per block and per released barrier
+static int g_reduce_result;
+static uintptr_t g_mod_lo[16], g_mod_hi[16];
+static int g_nmod = -1;
+static struct timespec g_t0;
+
+// ---- fibers ---------------------------------------------------------------------------------
+#if defined(__x86_64__)
+// Switch stacks: save the callee-saved registers on the old stack, store its sp, load the new
+// sp, restore. ~30 cycles; MXCSR and the x87 control word are never changed by kernels, so
+// they are not saved (ucontext's swapcontext would also make a sigprocmask syscall: ~10x slower).
+extern "C" void emu_switch(void** save_sp, void* new_sp);
+extern "C" void emu_fiber_entry();
+asm(R"(
+    .text
+    .globl emu_switch
+    .hidden emu_switch
+    .type emu_switch,@function
+emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emu_switch, .-emu_switch
+    .globl emu_fiber_entry
+    .hidden emu_fiber_entry
+    .type emu_fiber_entry,@function
+emu_fiber_entry:
+    andq $-16, %rsp
+    call emu_fiber_main
+    ud2
+    .size emu_fiber_entry, .-emu_fiber_entry
+)");
+static void fiber_init(Fiber& f) {
+    uint64_t* sp = reinterpret_cast<uint64_t*>(reinterpret_cast<uintptr_t>(f.hi) & ~uintptr_t(15));
+    *--sp = 0;                                                // padding
+    *--sp = reinterpret_cast<uint64_t>(&emu_fiber_entry);     // where the first switch returns
+    for (int i = 0; i < 6; ++i) *--sp = 0;                    // rbp rbx r12-r15
+    f.sp = sp;
+}
+static inline void switch_to_fiber(Fiber& f) { emu_switch(&g_sched_sp, f.sp); }
+static inline void switch_to_scheduler() { emu_switch(&g_cur->sp, g_sched_sp); }
+#else
+#include <ucontext.h>
+static ucontext_t g_sched_ctx, g_ctx[kMaxThreads];
+extern "C" void emu_fiber_main();
+static void fiber_init(Fiber& f) {
+    int t = static_cast<int>(&f - g_fibers);
+    getcontext(&g_ctx[t]);
+    g_ctx[t].uc_stack.ss_sp = f.lo;
+    g_ctx[t].uc_stack.ss_size = f.hi - f.lo;
+    g_ctx[t].uc_link = nullptr;
+    makecontext(&g_ctx[t], emu_fiber_main, 0);
+}
+static inline void switch_to_fiber(Fiber& f) { swapcontext(&g_sched_ctx, &g_ctx[&f - g_fibers]); }
+static inline void switch_to_scheduler() { swapcontext(&g_ctx[g_cur_tid], &g_sched_ctx); }
+#endif
+
+static bool ensure_stacks(int n, size_t stack_size) {
+    if (stack_size != g_stack_size) {  // a new size: drop the old pool
+        for (int i = 0; i < g_nstacks; ++i) munmap(g_fibers[i].map, kGuard + g_stack_size);
+        g_nstacks = 0;
+        g_stack_size = stack_size;
+    }
+    for (; g_nstacks < n; ++g_nstacks) {
+        Fiber& f = g_fibers[g_nstacks];
+        void* m = mmap(nullptr, kGuard + stack_size, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED) return false;
+        mprotect(m, kGuard, PROT_NONE);  // overflowing the stack faults here
+        f.map = static_cast<char*>(m);
+        f.lo = f.map + kGuard;
+        f.hi = f.lo + stack_size;
+    }
+    return true;
+}
+
+// ---- faults ---------------------------------------------------------------------------------
+static uint64_t pc_offset(void* pc) {
+    Dl_info info;
+    if (pc && dladdr(pc, &info) && info.dli_fbase)
+        return reinterpret_cast<uintptr_t>(pc) - reinterpret_cast<uintptr_t>(info.dli_fbase);
+    return 0;
+}
+static void set_fault(int kind, void* pc, const char* file, int line, const char* fmt, ...) {
+    if (g_failed) return;  // keep the first fault
+    g_failed = 1;
+    g_fault.kind = kind;
+    g_fault.block[0] = emu_builtins.block.x;
+    g_fault.block[1] = emu_builtins.block.y;
+    g_fault.block[2] = emu_builtins.block.z;
+    Fiber* f = g_cur;
+    g_fault.has_thread = f != nullptr;
+    if (f) {
+        g_fault.thread[0] = f->idx.x;
+        g_fault.thread[1] = f->idx.y;
+        g_fault.thread[2] = f->idx.z;
+    }
+    g_fault.pc = pc_offset(pc);
+    g_fault.line = line;
+    snprintf(g_fault.file, sizeof g_fault.file, "%s", file ? file : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_fault.message, sizeof g_fault.message, fmt, ap);
+    va_end(ap);
+}
+// An error found while a fiber runs: record it and leave that fiber for good.
+[[noreturn]] static void abort_fiber() {
+    g_cur->state = ABORTED;
+    switch_to_scheduler();
+    __builtin_unreachable();
+}
+static void describe_thread(char* out, size_t n, int t) {
+    const Fiber& f = g_fibers[t];
+    snprintf(out, n, "(%u,%u,%u)", f.idx.x, f.idx.y, f.idx.z);
+}
+
+// ---- the scheduler --------------------------------------------------------------------------
+static void warp_pending_check(int t);
+
+extern "C" __attribute__((used)) void emu_fiber_main() {
+    g_launcher(g_args);
+    warp_pending_check(g_cur_tid);  // may abort: a lane waits for this one at a warp op
+    g_cur->state = EXITED;
+    switch_to_scheduler();
+    __builtin_unreachable();
+}
+
+static void barrier_error() {
+    // Nobody can run. Explain why: exited threads, different barriers, or a stuck warp op.
+    int exited = 0, waiting = 0, first = -1, other = -1;
+    for (int t = 0; t < g_nthreads; ++t) {
+        const Fiber& f = g_fibers[t];
+        if (f.state == EXITED) { ++exited; continue; }
+        if (f.state == AT_WARP) {
+            const Warp& w = g_warps[t / 32];
+            unsigned missing = w.mask & ~w.arrived;
+            int m = __builtin_ctz(missing ? missing : 1) + (t / 32) * 32;
+            char who[32], miss[32];
+            describe_thread(who, sizeof who, t);
+            describe_thread(miss, sizeof miss, m);
+            const Fiber& mf = g_fibers[m];
+            g_cur = &g_fibers[t];
+            set_fault(F_WARP, nullptr, f.file, f.line,
+                      "deadlock: thread %s waits at a warp operation (mask 0x%08x) at %s:%d for "
+                      "lane %d, thread %s, which %s %s:%d",
+                      who, w.mask, f.file, f.line, m % 32, miss,
+                      mf.state == AT_BARRIER ? "waits at __syncthreads at" : "waits at",
+                      mf.file ? mf.file : "?", mf.line);
+            return;
+        }
+        ++waiting;
+        if (first < 0) first = t;
+        else if (other < 0 && (f.line != g_fibers[first].line || f.file != g_fibers[first].file))
+            other = t;
+    }
+    const Fiber& f = g_fibers[first];
+    g_cur = &g_fibers[first];
+    if (exited) {
+        set_fault(F_BARRIER, nullptr, f.file, f.line,
+                  "__syncthreads at %s:%d reached by %d of %d threads; the other %d exited "
+                  "(undefined behaviour on a GPU: it may hang or silently skip the barrier)",
+                  f.file, f.line, waiting, g_nthreads, exited);
+    } else {
+        char a[32], b[32];
+        describe_thread(a, sizeof a, first);
+        describe_thread(b, sizeof b, other);
+        set_fault(F_BARRIER, nullptr, f.file, f.line,
+                  "threads wait at different __syncthreads: thread %s at %s:%d, thread %s at "
+                  "%s:%d (a barrier inside divergent code)",
+                  a, f.file, f.line, b, g_fibers[other].file, g_fibers[other].line);
+    }
+    g_cur = nullptr;
+}
+
+static bool release_barrier() {
+    // Called when no fiber is READY and some have not exited: every live thread must wait at
+    // the same __syncthreads. Then release them all (one barrier epoch further).
+    int exited = 0, count = 0, first = -1;
+    for (int t = 0; t < g_nthreads; ++t) {
+        const Fiber& f = g_fibers[t];
+        if (f.state == EXITED) { ++exited; continue; }
+        if (f.state != AT_BARRIER) { barrier_error(); return false; }  // a stuck warp op
+        if (first < 0) first = t;
+        else if (f.line != g_fibers[first].line || f.file != g_fibers[first].file) {
+            barrier_error();
+            return false;
+        }
+        count += f.pred;
+    }
+    if (exited) { barrier_error(); return false; }
+    g_reduce_result = count;  // emu_syncthreads_reduce turns it into count/and/or
+    ++g_bepoch;
+    for (int t = 0; t < g_nthreads; ++t) g_fibers[t].state = READY;
+    return true;
+}
+
+static bool run_block() {
+    ++g_bepoch;
+    for (int t = 0; t < g_nthreads; ++t) {
+        Fiber& f = g_fibers[t];
+        f.state = READY;
+        f.file = nullptr;
+        f.line = 0;
+        fiber_init(f);
+    }
+    for (int w = 0; w < (g_nthreads + 31) / 32; ++w) g_warps[w].active = false;
+    for (;;) {
+        bool ran = false;
+        for (int t = 0; t < g_nthreads; ++t) {
+            Fiber& f = g_fibers[t];
+            if (f.state != READY) continue;
+            g_cur = &f;
+            g_cur_tid = t;
+            emu_builtins.thread = f.idx;
+            switch_to_fiber(f);
+            g_cur = nullptr;
+            if (g_failed) return false;
+            ran = true;
+        }
+        if (ran) continue;
+        bool done = true;
+        for (int t = 0; t < g_nthreads; ++t) done &= g_fibers[t].state == EXITED;
+        if (done) return true;
+        if (!release_barrier()) return false;
+    }
+}
+
+// ---- __syncthreads and warp operations (called from fibers) --------------------------------
+extern "C" void emu_syncthreads(const char* file, int line) {
+    Fiber* f = g_cur;
+    f->state = AT_BARRIER, f->file = file, f->line = line, f->pred = 0;
+    switch_to_scheduler();
+}
+extern "C" int emu_syncthreads_reduce(int op, int pred, const char* file, int line) {
+    Fiber* f = g_cur;
+    f->state = AT_BARRIER, f->file = file, f->line = line, f->pred = pred != 0;
+    switch_to_scheduler();
+    int live = 0;
+    for (int t = 0; t < g_nthreads; ++t) live += g_fibers[t].state != EXITED;
+    if (op == 0) return g_reduce_result;
+    if (op == 1) return g_reduce_result == live;
+    return g_reduce_result != 0;
+}
+
+static void warp_pending_check(int t) {
+    // Thread t is about to exit. Lanes of its warp waiting for it would wait forever.
+    Warp& w = g_warps[t / 32];
+    unsigned bit = 1u << (t % 32);
+    if (w.active && (w.mask & bit) && !(w.arrived & bit)) {
+        set_fault(F_WARP, nullptr, w.file, w.line,
+                  "lane %d exits while other lanes of its warp wait for it at a warp operation "
+                  "at %s:%d (mask 0x%08x includes it)",
+                  t % 32, w.file, w.line, w.mask);
+        abort_fiber();
+    }
+}
+
+static const char* op_name(int op) {
+    static const char* names[] = {"__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
+                                  "__shfl_xor_sync", "__ballot_sync", "__any_sync",
+                                  "__all_sync", "__syncwarp"};
+    return op >= 0 && op <= OP_SYNCWARP ? names[op] : "warp op";
+}
+
+static void complete_warp(Warp& w, int base, const char* file, int line) {
+    unsigned long long ballot = 0;
+    for (int j = 0; j < 32; ++j)
+        if ((w.mask >> j) & 1u) ballot |= (w.val[j] != 0ull) << j;
+    for (int j = 0; j < 32; ++j) {
+        if (!((w.mask >> j) & 1u)) continue;
+        int width = w.width[j], src = j;
+        if (w.op <= 3 && (width < 1 || width > 32 || (width & (width - 1)))) {
+            set_fault(F_WARP, nullptr, file, line,
+                      "%s: width %d is not a power of two in [1, 32]", op_name(w.op), width);
+            abort_fiber();
+        }
+        int seg = j - j % (width > 0 ? width : 32);
+        switch (w.op) {
+            case 0: src = seg + (((w.arg[j] % width) + width) % width); break;
+            case 1: src = j - w.arg[j] >= seg ? j - w.arg[j] : j; break;
+            case 2: src = j + w.arg[j] < seg + width ? j + w.arg[j] : j; break;
+            case 3: src = (j ^ w.arg[j]) < seg + width ? (j ^ w.arg[j]) : j; break;
+            default: break;
+        }
+        if (w.op <= 3) {
+            if (src < 0 || src > 31 || !((w.mask >> src) & 1u)) {
+                set_fault(F_WARP, nullptr, file, line,
+                          "%s: lane %d reads lane %d, which is not in the mask 0x%08x "
+                          "(undefined on a GPU)",
+                          op_name(w.op), j, src, w.mask);
+                abort_fiber();
+            }
+            w.result[j] = w.val[src];
+        } else if (w.op == 4) {
+            w.result[j] = ballot;
+        } else if (w.op == 5) {
+            w.result[j] = ballot != 0;
+        } else if (w.op == 6) {
+            w.result[j] = ballot == w.mask;
+        }
+        if (j + base != g_cur_tid) g_fibers[base + j].state = READY;
+    }
+}
+
+static unsigned long long warp_op(int op, unsigned mask, unsigned long long bits, int arg,
+                                  int width, const char* file, int line) {
+    const int t = g_cur_tid, lane = t % 32, base = t - lane;
+    Warp& w = g_warps[t / 32];
+    if (!((mask >> lane) & 1u)) {
+        set_fault(F_WARP, nullptr, file, line,
+                  "%s called by lane %d with mask 0x%08x, which does not include the lane",
+                  op_name(op), lane, mask);
+        abort_fiber();
+    }
+    for (int j = 0; j < 32; ++j) {
+        if (!((mask >> j) & 1u)) continue;
+        if (base + j >= g_nthreads) {
+            set_fault(F_WARP, nullptr, file, line,
+                      "%s mask 0x%08x names lane %d, which does not exist (the block has %d "
+                      "threads): use a mask of the lanes that exist",
+                      op_name(op), mask, j, g_nthreads);
+            abort_fiber();
+        }
+        if (g_fibers[base + j].state == EXITED) {
+            set_fault(F_WARP, nullptr, file, line,
+                      "%s mask 0x%08x names lane %d, which has already exited", op_name(op),
+                      mask, j);
+            abort_fiber();
+        }
+    }
+    if (!w.active) {
+        w.active = true, w.op = op, w.mask = mask, w.arrived = 0, w.file = file, w.line = line;
+    } else if (w.op != op || w.mask != mask || (op != OP_SYNCWARP && w.line != line)) {
+        set_fault(F_WARP, nullptr, file, line,
+                  "lanes of one warp reached different warp operations: %s (mask 0x%08x) at "
+                  "%s:%d and %s (mask 0x%08x) at %s:%d",
+                  op_name(w.op), w.mask, w.file, w.line, op_name(op), mask, file, line);
+        abort_fiber();
+    }
+    w.val[lane] = bits, w.arg[lane] = arg, w.width[lane] = width;
+    w.arrived |= 1u << lane;
+    if (w.arrived == w.mask) {
+        complete_warp(w, base, file, line);
+        w.active = false;
+        ++g_wepoch[t / 32];  // a completed warp op orders the lanes' shared accesses
+        return w.result[lane];
+    }
+    Fiber* f = g_cur;
+    f->state = AT_WARP, f->file = file, f->line = line;
+    switch_to_scheduler();
+    return w.result[lane];
+}
+
+extern "C" unsigned long long emu_warp_exchange(int op, unsigned mask, unsigned long long bits,
+                                             int arg, int width, const char* file, int line) {
+    return warp_op(op, mask, bits, arg, width, file, line);
+}
+extern "C" void emu_syncwarp(const char* file, int line, unsigned mask) {
+    warp_op(OP_SYNCWARP, mask, 0, 0, 32, file, line);
+}
+extern "C" unsigned emu_activemask(void) {
+    unsigned m = 0;
+    int base = g_cur_tid - g_cur_tid % 32;
+    for (int j = 0; j < 32 && base + j < g_nthreads; ++j)
+        if (g_fibers[base + j].state != EXITED) m |= 1u << j;
+    return m;
+}
+extern "C" void emu_trap(const char* what, const char* file, int line) {
+    set_fault(F_TRAP, __builtin_return_address(0), file, line, "%s executed", what);
+    abort_fiber();
+}
+// assert() in a kernel lands here (the module binds its own definition first).
+extern "C" __attribute__((noreturn)) void __assert_fail(const char* expr, const char* file,
+                                                        unsigned line, const char*) noexcept {
+    if (!g_cur) abort();
+    set_fault(F_TRAP, __builtin_return_address(0), file, static_cast<int>(line),
+              "assertion failed: %s", expr);
+    abort_fiber();
+}
+
+// ---- memory classification, counting, bounds and race checks -------------------------------
+static void find_module_ranges() {
+    g_nmod = 0;
+    dl_iterate_phdr(
+        [](struct dl_phdr_info* info, size_t, void*) -> int {
+            uintptr_t self = reinterpret_cast<uintptr_t>(&emu_builtins);
+            for (int pass = 0; pass < 2; ++pass) {
+                bool mine = false;
+                for (int i = 0; i < info->dlpi_phnum; ++i) {
+                    const auto& ph = info->dlpi_phdr[i];
+                    if (ph.p_type != PT_LOAD) continue;
+                    uintptr_t lo = info->dlpi_addr + ph.p_vaddr, hi = lo + ph.p_memsz;
+                    if (pass == 0) mine |= self >= lo && self < hi;
+                    else if (g_nmod < 16) g_mod_lo[g_nmod] = lo, g_mod_hi[g_nmod++] = hi;
+                }
+                if (!mine) return 0;
+            }
+            return 1;
+        },
+        nullptr);
+}
+
+static void describe_address(char* out, size_t n, uintptr_t a, size_t size) {
+    // Nearest argument buffer, for "16 bytes past the end of argument {arg3}" ({argN}: Python
+    // substitutes the parameter name).
+    long best = -1;
+    long long dist = 0;
+    for (int i = 0; i < g_nbuf; ++i) {
+        uintptr_t lo = g_bufs[i].lo, hi = lo + g_bufs[i].size;
+        long long d = a < lo ? static_cast<long long>(a) - static_cast<long long>(lo)
+                             : static_cast<long long>(a + size) - static_cast<long long>(hi);
+        if (a >= lo && a < hi) d = static_cast<long long>(a + size - hi);
+        if (best < 0 || llabs(d) < llabs(dist)) best = i, dist = d;
+    }
+    if (best >= 0 && llabs(dist) <= (1ll << 20)) {
+        if (dist < 0)
+            snprintf(out, n, "%lld bytes before the start of argument {arg%d}", -dist,
+                     g_bufs[best].arg);
+        else
+            snprintf(out, n, "ending %lld bytes past the end of argument {arg%d} (%llu bytes)",
+                     dist, g_bufs[best].arg, (unsigned long long)g_bufs[best].size);
+    } else {
+        snprintf(out, n, "not inside any kernel argument, shared memory or the thread's stack");
+    }
+}
+
+[[noreturn]] static void bad_access(uintptr_t a, size_t size, bool write, void* pc) {
+    char where[256];
+    describe_address(where, sizeof where, a, size);
+    set_fault(F_ACCESS, pc, nullptr, 0, "out-of-bounds %s of %zu bytes at %p: %s",
+              write ? "write" : "read", size, reinterpret_cast<void*>(a), where);
+    abort_fiber();
+}
+
+static void race_check(size_t off, size_t size, bool write, void* pc) {
+    const uint16_t t = static_cast<uint16_t>(g_cur_tid);
+    const int warp = g_cur_tid / 32;
+    const uint16_t wep = g_wepoch[warp];
+    auto ordered = [&](uint16_t other, uint16_t other_wep) {
+        // Same thread, or same warp with a warp-level sync since: no race.
+        return other == t || (other != kManyReaders && other / 32 == warp && other_wep != wep);
+    };
+    for (size_t i = 0; i < size; ++i) {
+        Shadow& s = g_shadow[off + i];
+        const char* prev = nullptr;
+        uint16_t other = 0;
+        if (s.w_epoch == g_bepoch && !ordered(s.w_tid, s.w_wep)) prev = "wrote", other = s.w_tid;
+        else if (write && s.r_epoch == g_bepoch && !ordered(s.r_tid, s.r_wep))
+            prev = "read", other = s.r_tid;
+        if (prev) {
+            char who[48] = "another thread";
+            if (other != kManyReaders) describe_thread(who + 0, sizeof who, other);
+            set_fault(F_RACE, pc, nullptr, 0,
+                      "shared-memory race: this thread %s shared byte +%zu, which thread %s %s "
+                      "earlier with no __syncthreads in between",
+                      write ? "writes" : "reads", off + i, who, prev);
+            abort_fiber();
+        }
+        if (write) {
+            s.w_epoch = g_bepoch, s.w_tid = t, s.w_wep = wep;
+        } else if (s.r_epoch != g_bepoch) {
+            s.r_epoch = g_bepoch, s.r_tid = t, s.r_wep = wep;
+        } else if (s.r_tid != t) {
+            s.r_tid = kManyReaders;
+        }
+    }
+}
+
+static inline void on_access(uintptr_t a, size_t size, bool write, void* pc) {
+    if (a - g_sh_lo < g_sh_size || a - g_dyn_lo < g_dyn_size) {
+        bool stat = a - g_sh_lo < g_sh_size;
+        size_t off = stat ? a - g_sh_lo : g_sh_size + (a - g_dyn_lo);
+        size_t end = stat ? g_sh_size : g_sh_size + g_dyn_size;
+        if (off + size > end) bad_access(a, size, write, pc);
+        (write ? g_cnt.shared_write : g_cnt.shared_read) += size;
+        if (g_cfg.race_check) race_check(off, size, write, pc);
+        return;
+    }
+    for (int i = 0; i < g_nbuf; ++i) {
+        const Buf& b = g_bufs[i];
+        if (a - b.lo < b.size) {
+            if (a - b.lo + size > b.size) bad_access(a, size, write, pc);
+            (write ? g_cnt.write : g_cnt.read)[b.arg] += size;
+            return;
+        }
+    }
+    Fiber* f = g_cur;
+    if (f && a - reinterpret_cast<uintptr_t>(f->lo) < g_stack_size) return;  // own stack
+    for (int i = 0; i < g_nmod; ++i)
+        if (a >= g_mod_lo[i] && a < g_mod_hi[i]) return;  // module data (builtins, tables)
+    if (!f) return;  // not from a kernel thread (static initialisers)
+    bad_access(a, size, write, pc);
+}
+
+#define EMU_HOOKS(N)                                                              \
+    extern "C" void __asan_load##N##_noabort(void* p) {                           \
+        on_access(reinterpret_cast<uintptr_t>(p), N, false, __builtin_return_address(0)); \
+    }                                                                             \
+    extern "C" void __asan_store##N##_noabort(void* p) {                          \
+        on_access(reinterpret_cast<uintptr_t>(p), N, true, __builtin_return_address(0));  \
+    }
+EMU_HOOKS(1)
+EMU_HOOKS(2)
+EMU_HOOKS(4)
+EMU_HOOKS(8)
+EMU_HOOKS(16)
+extern "C" void __asan_loadN_noabort(void* p, size_t n) {
+    on_access(reinterpret_cast<uintptr_t>(p), n, false, __builtin_return_address(0));
+}
+extern "C" void __asan_storeN_noabort(void* p, size_t n) {
+    on_access(reinterpret_cast<uintptr_t>(p), n, true, __builtin_return_address(0));
+}
+extern "C" void __asan_handle_no_return() {}
+
+// ---- atomics: counted here (1 op + its size per argument), not as loads and stores ----------
+static void on_atomic(void* p, size_t size, void* pc) {
+    if (!g_cfg.counted) return;
+    uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    if (a - g_sh_lo < g_sh_size || a - g_dyn_lo < g_dyn_size) { ++g_cnt.shared_atomics; return; }
+    for (int i = 0; i < g_nbuf; ++i) {
+        const Buf& b = g_bufs[i];
+        if (a - b.lo < b.size) {
+            if (a - b.lo + size > b.size) bad_access(a, size, true, pc);
+            ++g_cnt.atomic_ops[b.arg];
+            g_cnt.atomic_bytes[b.arg] += size;
+            return;
+        }
+    }
+    Fiber* f = g_cur;
+    if (f && a - reinterpret_cast<uintptr_t>(f->lo) < g_stack_size) return;
+    bad_access(a, size, true, pc);
+}
+#define EMU_ATOMIC(T, NAME, NEW)                           \
+    T NAME(T* a, T v) {                                    \
+        on_atomic(a, sizeof(T), __builtin_return_address(0)); \
+        T old = *a;                                        \
+        *a = NEW;                                          \
+        return old;                                        \
+    }
+EMU_ATOMIC(float, atomicAdd, old + v)
+EMU_ATOMIC(double, atomicAdd, old + v)
+EMU_ATOMIC(int, atomicAdd, old + v)
+EMU_ATOMIC(unsigned, atomicAdd, old + v)
+EMU_ATOMIC(unsigned long long, atomicAdd, old + v)
+EMU_ATOMIC(int, atomicSub, old - v)
+EMU_ATOMIC(unsigned, atomicSub, old - v)
+EMU_ATOMIC(int, atomicMax, old > v ? old : v)
+EMU_ATOMIC(unsigned, atomicMax, old > v ? old : v)
+EMU_ATOMIC(int, atomicMin, old < v ? old : v)
+EMU_ATOMIC(unsigned, atomicMin, old < v ? old : v)
+EMU_ATOMIC(int, atomicExch, v)
+EMU_ATOMIC(unsigned, atomicExch, v)
+EMU_ATOMIC(float, atomicExch, v)
+EMU_ATOMIC(int, atomicAnd, old & v)
+EMU_ATOMIC(int, atomicOr, old | v)
+EMU_ATOMIC(int, atomicXor, old ^ v)
+#define EMU_CAS(T)                                          \
+    T atomicCAS(T* a, T compare, T v) {                     \
+        on_atomic(a, sizeof(T), __builtin_return_address(0)); \
+        T old = *a;                                         \
+        if (old == compare) *a = v;                         \
+        return old;                                         \
+    }
+EMU_CAS(int)
+EMU_CAS(unsigned)
+EMU_CAS(unsigned long long)
+
+// ---- signals: faults, the watchdog and Ctrl-C end the launch, not the process ---------------
+static const int kTickSignal = SIGRTMIN + 4;
+static const int kSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGINT};
+static struct sigaction g_old[5], g_old_tick;
+static stack_t g_old_alt;
+static char g_altstack[64 * 1024];
+static timer_t g_timer;
+static bool g_timer_ok;
+
+static double elapsed_s() {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (now.tv_sec - g_t0.tv_sec) + 1e-9 * (now.tv_nsec - g_t0.tv_nsec);
+}
+
+static pid_t g_launch_tid;
+
+static void on_signal(int sig, siginfo_t* si, void* ucv) {
+    const bool mine = g_in_launch && static_cast<pid_t>(syscall(SYS_gettid)) == g_launch_tid;
+    if (!mine) {
+        if (sig == SIGINT && g_in_launch) { g_interrupted = 1; return; }  // next tick aborts
+        if (sig == kTickSignal) return;
+        // Not ours: let the previous handler (or the default action) have it.
+        for (int i = 0; i < 5; ++i)
+            if (kSignals[i] == sig) sigaction(sig, &g_old[i], nullptr);
+        if (sig == SIGINT) raise(SIGINT);
+        return;
+    }
+    void* pc = nullptr;
+#if defined(__x86_64__)
+    pc = reinterpret_cast<void*>(static_cast<ucontext_t*>(ucv)->uc_mcontext.gregs[REG_RIP]);
+#else
+    (void)ucv;
+#endif
+    if (sig == SIGINT) {
+        g_interrupted = 1;
+        set_fault(F_INTERRUPT, nullptr, nullptr, 0, "interrupted (Ctrl-C) after %.1f s",
+                  elapsed_s());
+    } else if (sig == SIGSEGV || sig == SIGBUS) {
+        uintptr_t a = reinterpret_cast<uintptr_t>(si->si_addr);
+        Fiber* f = g_cur;
+        if (f && a >= reinterpret_cast<uintptr_t>(f->map) - (1u << 20) &&
+            a < reinterpret_cast<uintptr_t>(f->lo)) {
+            set_fault(F_STACK, pc, nullptr, 0,
+                      "fiber stack overflow: this thread used more than its %zu KiB stack "
+                      "(large local arrays?); raise it with "
+                      "ckptlab.emu.configure(stack_kib=...)",
+                      g_stack_size / 1024);
+        } else {
+            char where[256];
+            describe_address(where, sizeof where, a, 1);
+            set_fault(F_SIGNAL, pc, nullptr, 0, "invalid memory access at %p (%s): %s",
+                      si->si_addr, sig == SIGSEGV ? "SIGSEGV" : "SIGBUS", where);
+        }
+    } else if (sig == SIGFPE) {
+        set_fault(F_SIGNAL, pc, nullptr, 0,
+                  "arithmetic exception (SIGFPE): an integer division by zero? (on a GPU it "
+                  "gives garbage instead)");
+    } else if (sig == SIGILL) {
+        set_fault(F_SIGNAL, pc, nullptr, 0, "illegal instruction (SIGILL)");
+    } else if (g_interrupted) {  // the tick, after Ctrl-C reached another thread
+        set_fault(F_INTERRUPT, nullptr, nullptr, 0, "interrupted (Ctrl-C) after %.1f s",
+                  elapsed_s());
+    } else {  // the watchdog tick
+        if (elapsed_s() < g_cfg.watchdog_s) return;
+        set_fault(F_WATCHDOG, pc, nullptr, 0,
+                  "watchdog: the launch ran longer than %.1f s (an endless loop or a spin-wait "
+                  "that no other thread can release?); change the limit with "
+                  "ckptlab.emu.configure(watchdog_s=...)",
+                  g_cfg.watchdog_s);
+    }
+    siglongjmp(g_jmp, 1);
+}
+
+static void install_signals() {
+    stack_t ss{};
+    ss.ss_sp = g_altstack;
+    ss.ss_size = sizeof g_altstack;
+    sigaltstack(&ss, &g_old_alt);
+    struct sigaction sa{};
+    sa.sa_sigaction = on_signal;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 5; ++i) sigaction(kSignals[i], &sa, &g_old[i]);
+    sigaction(kTickSignal, &sa, &g_old_tick);
+    struct sigevent sev{};
+    sev.sigev_notify = SIGEV_THREAD_ID;
+    sev.sigev_signo = kTickSignal;
+#ifdef sigev_notify_thread_id
+    sev.sigev_notify_thread_id = static_cast<pid_t>(syscall(SYS_gettid));
+#else
+    sev._sigev_un._tid = static_cast<pid_t>(syscall(SYS_gettid));
+#endif
+    g_timer_ok = timer_create(CLOCK_MONOTONIC, &sev, &g_timer) == 0;
+    if (g_timer_ok) {
+        struct itimerspec its{};
+        its.it_interval.tv_nsec = its.it_value.tv_nsec = 100 * 1000 * 1000;  // 10 ticks/s
+        timer_settime(g_timer, 0, &its, nullptr);
+    }
+}
+
+static void remove_signals() {
+    if (g_timer_ok) timer_delete(g_timer);
+    g_timer_ok = false;
+    for (int i = 0; i < 5; ++i) sigaction(kSignals[i], &g_old[i], nullptr);
+    sigaction(kTickSignal, &g_old_tick, nullptr);
+    sigaltstack(&g_old_alt, nullptr);
+}
+
+// ---- the launch -----------------------------------------------------------------------------
+static int run_grid(const uint32_t* grid) {
+    for (uint32_t z = 0; z < grid[2]; ++z)
+        for (uint32_t y = 0; y < grid[1]; ++y)
+            for (uint32_t x = 0; x < grid[0]; ++x) {
+                emu_builtins.block = uint3{x, y, z};
+                // Poison shared memory (0xFF bytes read as NaN): reading it before writing shows.
+                if (g_sh_size) memset(reinterpret_cast<void*>(g_sh_lo), 0xFF, g_sh_size);
+                if (g_dyn_size) memset(emu_dynamic_shared, 0xFF, g_dyn_size);
+                if (!run_block()) return g_fault.kind;
+                g_cnt.threads += static_cast<uint64_t>(g_nthreads);
+                ++g_cnt.blocks;
+            }
+    return 0;
+}
+
+EMU_API int emu_launch(void (*launcher)(void**), void** args, const uint32_t* grid,
+                       const uint32_t* block, uint64_t shared_bytes, const Buf* bufs, int nbuf,
+                       const Config* cfg, Counters* out) {
+    memset(&g_fault, 0, sizeof g_fault);
+    memset(&g_cnt, 0, sizeof g_cnt);
+    g_failed = 0;
+    g_interrupted = 0;
+    g_cur = nullptr;
+    g_cfg = *cfg;
+    const uint64_t n = uint64_t(block[0]) * block[1] * block[2];
+    if (n == 0 || n > kMaxThreads || nbuf > kMaxArgs) {
+        set_fault(F_CONFIG, nullptr, nullptr, 0, "block of %llu threads (1..%d allowed)",
+                  (unsigned long long)n, kMaxThreads);
+        return F_CONFIG;
+    }
+    size_t stack = size_t(cfg->stack_kib > 0 ? cfg->stack_kib : 64) * 1024;
+    if (!ensure_stacks(static_cast<int>(n), stack)) {
+        set_fault(F_CONFIG, nullptr, nullptr, 0, "could not map %llu fiber stacks of %zu KiB",
+                  (unsigned long long)n, stack / 1024);
+        return F_CONFIG;
+    }
+    if (g_nmod < 0) find_module_ranges();
+    g_launcher = launcher, g_args = args, g_bufs = bufs, g_nbuf = nbuf;
+    g_nthreads = static_cast<int>(n);
+    emu_builtins.block_dim = dim3(block[0], block[1], block[2]);
+    emu_builtins.grid_dim = dim3(grid[0], grid[1], grid[2]);
+    for (int t = 0; t < g_nthreads; ++t) {
+        g_fibers[t].idx = uint3{static_cast<unsigned>(t % block[0]),
+                                static_cast<unsigned>(t / block[0] % block[1]),
+                                static_cast<unsigned>(t / (block[0] * block[1]))};
+    }
+    // Shared memory: the static section of this module and the dynamic buffer of this launch.
+    g_sh_lo = reinterpret_cast<uintptr_t>(__start_emu_shared);
+    g_sh_size = __start_emu_shared ? size_t(__stop_emu_shared - __start_emu_shared) : 0;
+    if (shared_bytes > g_dyn_cap) {
+        free(emu_dynamic_shared);
+        emu_dynamic_shared = static_cast<char*>(aligned_alloc(128, (shared_bytes + 127) & ~127ull));
+        g_dyn_cap = emu_dynamic_shared ? shared_bytes : 0;
+    }
+    g_dyn_lo = reinterpret_cast<uintptr_t>(emu_dynamic_shared);
+    g_dyn_size = shared_bytes;
+    size_t shadow = g_sh_size + g_dyn_size;
+    if (cfg->race_check && shadow > g_shadow_cap) {
+        free(g_shadow);
+        g_shadow = static_cast<Shadow*>(calloc(shadow, sizeof(Shadow)));
+        g_shadow_cap = g_shadow ? shadow : 0;
+        g_bepoch = 0;
+    }
+    if (cfg->race_check && g_bepoch > 0xF0000000u) {  // epochs about to wrap: start afresh
+        memset(g_shadow, 0, g_shadow_cap * sizeof(Shadow));
+        g_bepoch = 0;
+    }
+    for (int w = 0; w < kMaxThreads / 32; ++w) g_wepoch[w] = 0;
+
+    clock_gettime(CLOCK_MONOTONIC, &g_t0);
+    g_launch_tid = static_cast<pid_t>(syscall(SYS_gettid));
+    install_signals();
+    int rc;
+    if (sigsetjmp(g_jmp, 1) == 0) {
+        g_in_launch = 1;
+        rc = run_grid(grid);
+    } else {
+        rc = g_fault.kind ? g_fault.kind : F_SIGNAL;  // arrived from a signal handler
+    }
+    g_in_launch = 0;
+    g_cur = nullptr;
+    remove_signals();
+    *out = g_cnt;
+    return rc;
+}
+
+EMU_API const Fault* emu_fault() { return &g_fault; }
+EMU_API int emu_abi_version() { return 1; }

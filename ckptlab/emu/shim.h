@@ -1,0 +1,269 @@
+// shim.h: the CUDA vocabulary as host C++, force-included (-include shim.h) before every kernel
+// file the emulator compiles. Kernels are the same .cu files nvcc/NVRTC compile for a GPU.
+//
+// Execution model (runtime.cpp): every CUDA thread of a block is a fiber on one OS thread;
+// blocks run one after another. __syncthreads and warp operations switch back to a scheduler
+// that releases threads when the whole block (or the warp mask) has arrived. Every load and
+// store in the kernel file is seen by the runtime (GCC's -fsanitize=kernel-address hooks), which
+// counts global bytes per kernel argument, checks bounds and looks for shared-memory races.
+#pragma once
+
+#include <cfloat>
+#include <climits>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+// ---- qualifiers ---------------------------------------------------------------------------
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+#define __restrict__ __restrict
+#define __constant__ static
+// Static shared memory: one copy per module (blocks run one at a time), in a named section so
+// the runtime knows its address range (for classification, poisoning and the race check).
+#define __shared__ static __attribute__((section("emu_shared"), aligned(16)))
+// `extern __shared__ T name[];` (dynamic shared memory) is rewritten by the loader into a
+// pointer to the per-launch buffer sized by shared_mem=, before this file is compiled.
+extern "C" char* emu_dynamic_shared;
+
+// ---- built-in variables -------------------------------------------------------------------
+struct uint3 {
+    unsigned int x, y, z;
+};
+struct dim3 {
+    unsigned int x, y, z;
+    constexpr dim3(unsigned int x_ = 1, unsigned int y_ = 1, unsigned int z_ = 1)
+        : x(x_), y(y_), z(z_) {}
+};
+struct EmuBuiltins {
+    uint3 thread;
+    uint3 block;
+    dim3 block_dim;
+    dim3 grid_dim;
+};
+extern "C" EmuBuiltins emu_builtins;  // set by the scheduler before each switch into a thread
+#define threadIdx (emu_builtins.thread)
+#define blockIdx (emu_builtins.block)
+#define blockDim (emu_builtins.block_dim)
+#define gridDim (emu_builtins.grid_dim)
+constexpr int warpSize = 32;
+
+// ---- vector types ---------------------------------------------------------------------------
+struct __align__(8) float2 { float x, y; };
+struct float3 { float x, y, z; };
+struct __align__(16) float4 { float x, y, z, w; };
+struct __align__(8) int2 { int x, y; };
+struct __align__(16) int4 { int x, y, z, w; };
+struct __align__(8) uint2 { unsigned int x, y; };
+struct __align__(16) uint4 { unsigned int x, y, z, w; };
+struct __align__(16) double2 { double x, y; };
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float3 make_float3(float x, float y, float z) { return {x, y, z}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline int2 make_int2(int x, int y) { return {x, y}; }
+inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
+inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+inline dim3 make_dim3(unsigned x, unsigned y, unsigned z) { return dim3(x, y, z); }
+
+// ---- synchronisation (runtime.cpp); __FILE__/__LINE__ travel so errors name the line -------
+extern "C" void emu_syncthreads(const char* file, int line);
+extern "C" int emu_syncthreads_reduce(int op, int pred, const char* file, int line);
+extern "C" void emu_syncwarp(const char* file, int line, unsigned mask);
+extern "C" unsigned long long emu_warp_exchange(int op, unsigned mask, unsigned long long bits,
+                                                int arg, int width, const char* file, int line);
+extern "C" unsigned emu_activemask(void);
+extern "C" void emu_trap(const char* what, const char* file, int line);
+
+#define __syncthreads() emu_syncthreads(__FILE__, __LINE__)
+#define __syncthreads_count(p) emu_syncthreads_reduce(0, (p), __FILE__, __LINE__)
+#define __syncthreads_and(p) emu_syncthreads_reduce(1, (p), __FILE__, __LINE__)
+#define __syncthreads_or(p) emu_syncthreads_reduce(2, (p), __FILE__, __LINE__)
+#define __syncwarp(...) emu_syncwarp_(__FILE__, __LINE__ __VA_OPT__(, ) __VA_ARGS__)
+inline void emu_syncwarp_(const char* f, int l, unsigned mask = 0xffffffffu) {
+    emu_syncwarp(f, l, mask);
+}
+#define __activemask() emu_activemask()
+#define __threadfence() ((void)0)
+#define __threadfence_block() ((void)0)
+#define __trap() emu_trap("__trap()", __FILE__, __LINE__)
+#define __brkpt() emu_trap("__brkpt()", __FILE__, __LINE__)
+
+enum { EMU_SHFL_IDX = 0, EMU_SHFL_UP = 1, EMU_SHFL_DOWN = 2, EMU_SHFL_XOR = 3,
+       EMU_BALLOT = 4, EMU_ANY = 5, EMU_ALL = 6 };
+
+template <class T>
+inline T emu_shfl(int op, const char* f, int l, unsigned mask, T var, int arg, int width = 32) {
+    static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "shuffle of a value > 8 bytes");
+    unsigned long long bits = 0;
+    std::memcpy(&bits, &var, sizeof(T));
+    bits = emu_warp_exchange(op, mask, bits, arg, width, f, l);
+    T out;
+    std::memcpy(&out, &bits, sizeof(T));
+    return out;
+}
+#define __shfl_sync(...) emu_shfl(EMU_SHFL_IDX, __FILE__, __LINE__, __VA_ARGS__)
+#define __shfl_up_sync(...) emu_shfl(EMU_SHFL_UP, __FILE__, __LINE__, __VA_ARGS__)
+#define __shfl_down_sync(...) emu_shfl(EMU_SHFL_DOWN, __FILE__, __LINE__, __VA_ARGS__)
+#define __shfl_xor_sync(...) emu_shfl(EMU_SHFL_XOR, __FILE__, __LINE__, __VA_ARGS__)
+#define __ballot_sync(mask, pred) \
+    ((unsigned)emu_warp_exchange(EMU_BALLOT, (mask), (pred) != 0, 0, 32, __FILE__, __LINE__))
+#define __any_sync(mask, pred) \
+    ((int)emu_warp_exchange(EMU_ANY, (mask), (pred) != 0, 0, 32, __FILE__, __LINE__))
+#define __all_sync(mask, pred) \
+    ((int)emu_warp_exchange(EMU_ALL, (mask), (pred) != 0, 0, 32, __FILE__, __LINE__))
+
+// ---- atomics (runtime.cpp: they count themselves, since the runtime is not instrumented) ----
+float atomicAdd(float* a, float v);
+double atomicAdd(double* a, double v);
+int atomicAdd(int* a, int v);
+unsigned atomicAdd(unsigned* a, unsigned v);
+unsigned long long atomicAdd(unsigned long long* a, unsigned long long v);
+int atomicSub(int* a, int v);
+unsigned atomicSub(unsigned* a, unsigned v);
+int atomicMax(int* a, int v);
+unsigned atomicMax(unsigned* a, unsigned v);
+int atomicMin(int* a, int v);
+unsigned atomicMin(unsigned* a, unsigned v);
+int atomicExch(int* a, int v);
+unsigned atomicExch(unsigned* a, unsigned v);
+float atomicExch(float* a, float v);
+int atomicCAS(int* a, int compare, int v);
+unsigned atomicCAS(unsigned* a, unsigned compare, unsigned v);
+unsigned long long atomicCAS(unsigned long long* a, unsigned long long compare,
+                             unsigned long long v);
+int atomicAnd(int* a, int v);
+int atomicOr(int* a, int v);
+int atomicXor(int* a, int v);
+
+// ---- math intrinsics: fast-math forms map to the libm functions -----------------------------
+// (glibc declares __expf/__logf itself, so these must be macros, not functions)
+#define __expf(x) expf(x)
+#define __exp10f(x) exp10f(x)
+#define __logf(x) logf(x)
+#define __log2f(x) log2f(x)
+#define __log10f(x) log10f(x)
+#define __powf(x, y) powf((x), (y))
+#define __sinf(x) sinf(x)
+#define __cosf(x) cosf(x)
+#define __tanf(x) tanf(x)
+#define __fdividef(a, b) ((a) / (b))
+#define __frcp_rn(x) (1.0f / (x))
+#define __fsqrt_rn(x) sqrtf(x)
+#define __fmaf_rn(a, b, c) fmaf((a), (b), (c))
+#define __fmul_rn(a, b) ((a) * (b))
+#define __fadd_rn(a, b) ((a) + (b))
+#define __fsub_rn(a, b) ((a) - (b))
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+
+template <class A, class B>
+inline std::common_type_t<A, B> min(A a, B b) {
+    using T = std::common_type_t<A, B>;
+    return (T)a < (T)b ? (T)a : (T)b;
+}
+template <class A, class B>
+inline std::common_type_t<A, B> max(A a, B b) {
+    using T = std::common_type_t<A, B>;
+    return (T)a > (T)b ? (T)a : (T)b;
+}
+
+// ---- bit and integer intrinsics -------------------------------------------------------------
+inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
+inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, 4); return i; }
+inline unsigned __umulhi(unsigned a, unsigned b) {
+    return (unsigned)(((unsigned long long)a * b) >> 32);
+}
+inline int __mulhi(int a, int b) { return (int)(((long long)a * b) >> 32); }
+inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
+    return (unsigned long long)(((unsigned __int128)a * b) >> 64);
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
+inline int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll((unsigned long long)x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline unsigned __brev(unsigned x) {
+    unsigned r = 0;
+    for (int i = 0; i < 32; ++i) r |= ((x >> i) & 1u) << (31 - i);
+    return r;
+}
+inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
+inline int __float2int_rz(float x) { return (int)x; }
+inline unsigned __float2uint_rz(float x) { return (unsigned)x; }
+inline float __int2float_rn(int x) { return (float)x; }
+inline float __uint2float_rn(unsigned x) { return (float)x; }
+template <class T>
+inline T __ldg(const T* p) { return *p; }
+
+// ---- launching (used by the code the loader appends to each kernel file) --------------------
+// Each kernel gets `extern "C" void emu_launch_<i>(void** args)` that unpacks a cuLaunchKernel-
+// style argument array using the kernel's own parameter types, and `emu_sig_<i>`, a string of
+// those types ("const float*,int,float") that Python checks arguments against.
+template <class T> struct emu_type { static constexpr const char* name = nullptr; };
+#define EMU_TYPE(T, S) template <> struct emu_type<T> { static constexpr const char* name = S; };
+EMU_TYPE(float, "float") EMU_TYPE(double, "double") EMU_TYPE(int, "int")
+EMU_TYPE(unsigned int, "unsigned int") EMU_TYPE(long long, "long long")
+EMU_TYPE(unsigned long long, "unsigned long long") EMU_TYPE(long, "long")
+EMU_TYPE(unsigned long, "unsigned long") EMU_TYPE(short, "short")
+EMU_TYPE(unsigned short, "unsigned short") EMU_TYPE(char, "char")
+EMU_TYPE(signed char, "signed char") EMU_TYPE(unsigned char, "unsigned char")
+EMU_TYPE(bool, "bool") EMU_TYPE(float2, "float2") EMU_TYPE(float4, "float4")
+EMU_TYPE(int2, "int2") EMU_TYPE(int4, "int4") EMU_TYPE(uint2, "uint2") EMU_TYPE(uint4, "uint4")
+EMU_TYPE(double2, "double2")
+#undef EMU_TYPE
+
+template <class T>
+constexpr bool emu_known() {
+    using U = std::remove_cv_t<std::remove_pointer_t<std::remove_cv_t<T>>>;
+    return emu_type<U>::name != nullptr;
+}
+template <class T>
+inline void emu_append_type(char* out, size_t cap) {
+    using P = std::remove_cv_t<T>;
+    if constexpr (std::is_pointer_v<P>) {
+        using E = std::remove_pointer_t<P>;
+        if (std::is_const_v<E>) strncat(out, "const ", cap - strlen(out) - 1);
+        strncat(out, emu_type<std::remove_cv_t<E>>::name, cap - strlen(out) - 1);
+        strncat(out, "*", cap - strlen(out) - 1);
+    } else {
+        strncat(out, emu_type<P>::name, cap - strlen(out) - 1);
+    }
+}
+template <class... A>
+inline const char* emu_signature(void (*)(A...)) {
+    static_assert((emu_known<A>() && ...),
+                  "the emulator supports kernel parameters of scalar, vector and pointer-to-those "
+                  "types only");
+    static char sig[1024];
+    if (sig[0] == 0) {
+        // "const float*,int,float": a comma before every type but the first
+        ((sig[0] ? (void)strncat(sig, ",", sizeof sig - strlen(sig) - 1) : (void)0,
+          emu_append_type<A>(sig, sizeof sig)),
+         ...);
+        if (sig[0] == 0) strcpy(sig, "void");
+    }
+    return sig;
+}
+template <class... A, size_t... I>
+__attribute__((no_sanitize_address)) inline void emu_call(void (*k)(A...), void** args,
+                                                          std::index_sequence<I...>) {
+    k(*static_cast<std::remove_reference_t<A>*>(args[I])...);
+}
+template <class... A>
+__attribute__((no_sanitize_address)) inline void emu_invoke(void (*k)(A...), void** args) {
+    emu_call(k, args, std::index_sequence_for<A...>{});
+}
+#define EMU_EXPORT extern "C" __attribute__((visibility("default")))
