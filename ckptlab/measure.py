@@ -129,7 +129,8 @@ def peak_memory(fn, *, target=None) -> int:
     On "cuda": the CuPy memory pool's used bytes (what arrays hold, rounded to the pool's
     512-byte chunks), followed through CuPy's memory hooks, which the default pool calls on
     every malloc and free. On the CPU: tracemalloc, which sees NumPy's array buffers and Python
-    objects but not memory a C extension mallocs itself."""
+    objects but not memory a C extension mallocs itself (if tracemalloc was already tracing,
+    its peak is reset here)."""
     if not callable(fn):
         raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
     if (target or device.target()) == "cuda":
@@ -205,7 +206,7 @@ def ncu_command(python_code: str, *, kernel_regex: str = "attn_", python: str | 
         "--clock-control", "none",
         "--kernel-name", f"regex:{kernel_regex}",
         python or sys.executable, "-c", python_code,
-    ]  # fmt: skip
+    ]
 
 
 def measure_hbm_bytes(python_code: str, *, kernel_regex: str = "attn_", timeout_s: float = 600):
@@ -231,7 +232,7 @@ _BYTE_UNITS = {
     "gbyte": 1e9, "gb": 1e9, "tbyte": 1e12, "tb": 1e12,
     "kibyte": 1024, "kib": 1024, "mibyte": 1024**2, "mib": 1024**2,
     "gibyte": 1024**3, "gib": 1024**3,
-}  # fmt: skip
+}
 _THOUSANDS = re.compile(r"^\d{1,3}(,\d{3})+(\.\d+)?$")  # 1,048,576 or 1,048,576.5
 _DECIMAL_COMMA = re.compile(r"^\d+,\d+$")  # 33,55 (a comma-decimal locale)
 
@@ -309,5 +310,5 @@ def parse_ncu_csv(text: str) -> list[dict]:
             "kernel": m["kernel"], "launch_id": int(_number(launch_id)),
             "bytes_read": read, "bytes_written": written, "bytes_total": read + written,
             "source": "measured",
-        })  # fmt: skip
+        })
     return sorted(out, key=lambda d: d["launch_id"])
