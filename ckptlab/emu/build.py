@@ -109,7 +109,8 @@ def launcher_code(expressions: list[str]) -> str:
     """One exported launcher and signature function per kernel (expression)."""
     lines = ["", "// ---- appended by ckptlab.emu: one launcher per kernel ----"]
     for i, expr in enumerate(expressions):
-        lines.append(f"EMU_EXPORT void emu_launch_{i}(void** a) {{ emu_invoke(&{expr}, a); }}")
+        lines.append(f"EMU_EXPORT EMU_UNCOUNTED void emu_launch_{i}(void** a) "
+                     f"{{ emu_invoke(&{expr}, a); }}")
         lines.append(
             f"EMU_EXPORT const char* emu_sig_{i}() {{ return emu_signature(&{expr}); }}"
         )

@@ -72,7 +72,11 @@ struct Warp {
     unsigned long long val[32], result[32];
     int arg[32], width[32];
 };
-struct Shadow { uint32_t w_epoch, r_epoch; uint16_t w_tid, r_tid, w_wep, r_wep; };
+struct Shadow {  // one per 4 bytes of shared memory (see race_check)
+    uint32_t w_epoch, r_epoch;
+    uint16_t w_tid, r_tid, w_wep, r_wep;
+    uint8_t w_bytes, r_bytes;
+};
 static constexpr uint16_t kManyReaders = 0xFFFF;
 
 EmuBuiltins emu_builtins;
@@ -106,6 +110,7 @@ static Shadow* g_shadow;
 static size_t g_shadow_cap;
 static uint32_t g_bepoch;          // barrier epoch: +1 per block and per released barrier
 static int g_reduce_result;
+static int g_n_exited, g_n_waiting;  // threads of the block that exited / wait at a barrier
 static uintptr_t g_mod_lo[16], g_mod_hi[16];
 static int g_nmod = -1;
 static struct timespec g_t0;
@@ -173,21 +178,28 @@ static inline void switch_to_fiber(Fiber& f) { swapcontext(&g_sched_ctx, &g_ctx[
 static inline void switch_to_scheduler() { swapcontext(&g_ctx[g_cur_tid], &g_sched_ctx); }
 #endif
 
+// Stack t's top sits at a different offset modulo 64 KiB for each fiber ("colouring"): with
+// identical offsets every fiber's saved registers would fall into the same cache sets and
+// evict each other at every switch (measured: ~2x slower barriers).
+static size_t colour(int t) { return size_t(t % 64) * 64 + size_t(t / 64 % 16) * 4096; }
+
 static bool ensure_stacks(int n, size_t stack_size) {
     if (stack_size != g_stack_size) {  // a new size: drop the old pool
-        for (int i = 0; i < g_nstacks; ++i) munmap(g_fibers[i].map, kGuard + g_stack_size);
+        for (int i = 0; i < g_nstacks; ++i)
+            munmap(g_fibers[i].map, kGuard + g_stack_size + colour(i));
         g_nstacks = 0;
         g_stack_size = stack_size;
     }
     for (; g_nstacks < n; ++g_nstacks) {
         Fiber& f = g_fibers[g_nstacks];
-        void* m = mmap(nullptr, kGuard + stack_size, PROT_READ | PROT_WRITE,
+        const size_t size = kGuard + stack_size + colour(g_nstacks);
+        void* m = mmap(nullptr, size, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (m == MAP_FAILED) return false;
         mprotect(m, kGuard, PROT_NONE);  // overflowing the stack faults here
         f.map = static_cast<char*>(m);
         f.lo = f.map + kGuard;
-        f.hi = f.lo + stack_size;
+        f.hi = f.map + size - colour(g_nstacks);
     }
     return true;
 }
@@ -239,6 +251,7 @@ extern "C" __attribute__((used)) void emu_fiber_main() {
     g_launcher(g_args);
     warp_pending_check(g_cur_tid);  // may abort: a lane waits for this one at a warp op
     g_cur->state = EXITED;
+    ++g_n_exited;
     switch_to_scheduler();
     __builtin_unreachable();
 }
@@ -291,24 +304,20 @@ static void barrier_error() {
 }
 
 static bool release_barrier() {
-    // Called when no fiber is READY and some have not exited: every live thread must wait at
-    // the same __syncthreads. Then release them all (one barrier epoch further).
-    int exited = 0, count = 0, first = -1;
+    // Every thread has exited or waits at a barrier. Release them if all live threads wait at
+    // the same __syncthreads (one barrier epoch further); anything else is an error.
+    if (g_n_exited) { barrier_error(); return false; }
+    const Fiber& first = g_fibers[0];
+    int count = 0;
     for (int t = 0; t < g_nthreads; ++t) {
-        const Fiber& f = g_fibers[t];
-        if (f.state == EXITED) { ++exited; continue; }
-        if (f.state != AT_BARRIER) { barrier_error(); return false; }  // a stuck warp op
-        if (first < 0) first = t;
-        else if (f.line != g_fibers[first].line || f.file != g_fibers[first].file) {
-            barrier_error();
-            return false;
-        }
+        Fiber& f = g_fibers[t];
+        if (f.line != first.line || f.file != first.file) { barrier_error(); return false; }
         count += f.pred;
+        f.state = READY;
     }
-    if (exited) { barrier_error(); return false; }
     g_reduce_result = count;  // emu_syncthreads_reduce turns it into count/and/or
+    g_n_waiting = 0;
     ++g_bepoch;
-    for (int t = 0; t < g_nthreads; ++t) g_fibers[t].state = READY;
     return true;
 }
 
@@ -322,7 +331,10 @@ static bool run_block() {
         fiber_init(f);
     }
     for (int w = 0; w < (g_nthreads + 31) / 32; ++w) g_warps[w].active = false;
+    g_n_exited = g_n_waiting = 0;
     for (;;) {
+        // One pass: run every READY thread until it blocks or exits. A completed warp
+        // operation may make lanes before the current one READY: the next pass runs them.
         bool ran = false;
         for (int t = 0; t < g_nthreads; ++t) {
             Fiber& f = g_fibers[t];
@@ -335,11 +347,13 @@ static bool run_block() {
             if (g_failed) return false;
             ran = true;
         }
-        if (ran) continue;
-        bool done = true;
-        for (int t = 0; t < g_nthreads; ++t) done &= g_fibers[t].state == EXITED;
-        if (done) return true;
-        if (!release_barrier()) return false;
+        if (g_n_exited == g_nthreads) return true;
+        if (g_n_exited + g_n_waiting == g_nthreads) {
+            if (!release_barrier()) return false;
+        } else if (!ran) {
+            barrier_error();  // threads stuck at warp operations
+            return false;
+        }
     }
 }
 
@@ -347,16 +361,16 @@ static bool run_block() {
 extern "C" void emu_syncthreads(const char* file, int line) {
     Fiber* f = g_cur;
     f->state = AT_BARRIER, f->file = file, f->line = line, f->pred = 0;
+    ++g_n_waiting;
     switch_to_scheduler();
 }
 extern "C" int emu_syncthreads_reduce(int op, int pred, const char* file, int line) {
     Fiber* f = g_cur;
     f->state = AT_BARRIER, f->file = file, f->line = line, f->pred = pred != 0;
+    ++g_n_waiting;
     switch_to_scheduler();
-    int live = 0;
-    for (int t = 0; t < g_nthreads; ++t) live += g_fibers[t].state != EXITED;
     if (op == 0) return g_reduce_result;
-    if (op == 1) return g_reduce_result == live;
+    if (op == 1) return g_reduce_result == g_nthreads;  // no thread may have exited
     return g_reduce_result != 0;
 }
 
@@ -542,7 +556,8 @@ static void describe_address(char* out, size_t n, uintptr_t a, size_t size) {
     }
 }
 
-[[noreturn]] static void bad_access(uintptr_t a, size_t size, bool write, void* pc) {
+[[noreturn]] __attribute__((noinline, cold)) static void bad_access(uintptr_t a, size_t size,
+                                                                bool write, void* pc) {
     char where[256];
     describe_address(where, sizeof where, a, size);
     set_fault(F_ACCESS, pc, nullptr, 0, "out-of-bounds %s of %zu bytes at %p: %s",
@@ -550,41 +565,64 @@ static void describe_address(char* out, size_t n, uintptr_t a, size_t size) {
     abort_fiber();
 }
 
-static void race_check(size_t off, size_t size, bool write, void* pc) {
+// Race check. The shadow holds, per 4-byte granule of shared memory, the last writer and the
+// reader(s) in the current barrier epoch, and which bytes of the granule they touched. An
+// access conflicts when another thread touched the same bytes in the same epoch (a write
+// against anything, or a read against a write), unless both threads are in one warp and a
+// warp-level sync (shuffle, vote, __syncwarp) completed in between.
+__attribute__((noinline)) static void race_check(size_t off, size_t size, bool write, void* pc) {
     const uint16_t t = static_cast<uint16_t>(g_cur_tid);
     const int warp = g_cur_tid / 32;
     const uint16_t wep = g_wepoch[warp];
+    const uint32_t epoch = g_bepoch;
     auto ordered = [&](uint16_t other, uint16_t other_wep) {
-        // Same thread, or same warp with a warp-level sync since: no race.
         return other == t || (other != kManyReaders && other / 32 == warp && other_wep != wep);
     };
-    for (size_t i = 0; i < size; ++i) {
-        Shadow& s = g_shadow[off + i];
+    for (size_t g = off / 4; g <= (off + size - 1) / 4; ++g) {
+        const size_t lo = g * 4 > off ? g * 4 : off, hi = g * 4 + 4 < off + size ? g * 4 + 4 : off + size;
+        const uint8_t m = static_cast<uint8_t>(((1u << (hi - lo)) - 1) << (lo - g * 4));
+        Shadow& s = g_shadow[g];
         const char* prev = nullptr;
         uint16_t other = 0;
-        if (s.w_epoch == g_bepoch && !ordered(s.w_tid, s.w_wep)) prev = "wrote", other = s.w_tid;
-        else if (write && s.r_epoch == g_bepoch && !ordered(s.r_tid, s.r_wep))
+        if (s.w_epoch == epoch && (s.w_bytes & m) && !ordered(s.w_tid, s.w_wep))
+            prev = "wrote", other = s.w_tid;
+        else if (write && s.r_epoch == epoch && (s.r_bytes & m) && !ordered(s.r_tid, s.r_wep))
             prev = "read", other = s.r_tid;
         if (prev) {
             char who[48] = "another thread";
-            if (other != kManyReaders) describe_thread(who + 0, sizeof who, other);
+            if (other != kManyReaders) describe_thread(who, sizeof who, other);
             set_fault(F_RACE, pc, nullptr, 0,
                       "shared-memory race: this thread %s shared byte +%zu, which thread %s %s "
                       "earlier with no __syncthreads in between",
-                      write ? "writes" : "reads", off + i, who, prev);
+                      write ? "writes" : "reads", lo, who, prev);
             abort_fiber();
         }
         if (write) {
-            s.w_epoch = g_bepoch, s.w_tid = t, s.w_wep = wep;
-        } else if (s.r_epoch != g_bepoch) {
-            s.r_epoch = g_bepoch, s.r_tid = t, s.r_wep = wep;
-        } else if (s.r_tid != t) {
-            s.r_tid = kManyReaders;
+            if (s.w_epoch == epoch && s.w_tid == t) s.w_bytes |= m;
+            else s.w_epoch = epoch, s.w_tid = t, s.w_wep = wep, s.w_bytes = m;
+        } else if (s.r_epoch != epoch) {
+            s.r_epoch = epoch, s.r_tid = t, s.r_wep = wep, s.r_bytes = m;
+        } else {
+            if (s.r_tid != t) s.r_tid = kManyReaders;
+            s.r_bytes |= m;
         }
     }
 }
 
-static inline void on_access(uintptr_t a, size_t size, bool write, void* pc) {
+// Not a kernel argument or shared memory: the thread's own stack, the module's data, or bad.
+__attribute__((noinline)) static void other_access(uintptr_t a, size_t size, bool write,
+                                                   void* pc) {
+    Fiber* f = g_cur;
+    if (f && a - reinterpret_cast<uintptr_t>(f->lo) < g_stack_size) return;  // own stack
+    for (int i = 0; i < g_nmod; ++i)
+        if (a >= g_mod_lo[i] && a < g_mod_hi[i]) return;  // module data (builtins, tables)
+    if (!f) return;  // not from a kernel thread (static initialisers)
+    bad_access(a, size, write, pc);
+}
+
+// The hot path, inlined into every hook: shared memory, then the argument buffers.
+__attribute__((always_inline)) static inline void on_access(uintptr_t a, size_t size, bool write,
+                                                            void* pc) {
     if (a - g_sh_lo < g_sh_size || a - g_dyn_lo < g_dyn_size) {
         bool stat = a - g_sh_lo < g_sh_size;
         size_t off = stat ? a - g_sh_lo : g_sh_size + (a - g_dyn_lo);
@@ -602,12 +640,7 @@ static inline void on_access(uintptr_t a, size_t size, bool write, void* pc) {
             return;
         }
     }
-    Fiber* f = g_cur;
-    if (f && a - reinterpret_cast<uintptr_t>(f->lo) < g_stack_size) return;  // own stack
-    for (int i = 0; i < g_nmod; ++i)
-        if (a >= g_mod_lo[i] && a < g_mod_hi[i]) return;  // module data (builtins, tables)
-    if (!f) return;  // not from a kernel thread (static initialisers)
-    bad_access(a, size, write, pc);
+    other_access(a, size, write, pc);
 }
 
 #define EMU_HOOKS(N)                                                              \
@@ -849,13 +882,14 @@ EMU_API int emu_launch(void (*launcher)(void**), void** args, const uint32_t* gr
     }
     g_dyn_lo = reinterpret_cast<uintptr_t>(emu_dynamic_shared);
     g_dyn_size = shared_bytes;
-    size_t shadow = g_sh_size + g_dyn_size;
+    size_t shadow = (g_sh_size + g_dyn_size + 3) / 4;
     if (cfg->race_check && shadow > g_shadow_cap) {
         free(g_shadow);
         g_shadow = static_cast<Shadow*>(calloc(shadow, sizeof(Shadow)));
         g_shadow_cap = g_shadow ? shadow : 0;
         g_bepoch = 0;
     }
+    if (shadow > g_shadow_cap) g_cfg.race_check = 0;  // no shadow memory: no race check
     if (cfg->race_check && g_bepoch > 0xF0000000u) {  // epochs about to wrap: start afresh
         memset(g_shadow, 0, g_shadow_cap * sizeof(Shadow));
         g_bepoch = 0;

@@ -212,6 +212,7 @@ inline T __ldg(const T* p) { return *p; }
 // Each kernel gets `extern "C" void emu_launch_<i>(void** args)` that unpacks a cuLaunchKernel-
 // style argument array using the kernel's own parameter types, and `emu_sig_<i>`, a string of
 // those types ("const float*,int,float") that Python checks arguments against.
+#define EMU_UNCOUNTED_ __attribute__((no_sanitize_address)) inline
 template <class T> struct emu_type { static constexpr const char* name = nullptr; };
 #define EMU_TYPE(T, S) template <> struct emu_type<T> { static constexpr const char* name = S; };
 EMU_TYPE(float, "float") EMU_TYPE(double, "double") EMU_TYPE(int, "int")
@@ -258,12 +259,14 @@ inline const char* emu_signature(void (*)(A...)) {
     return sig;
 }
 template <class... A, size_t... I>
-__attribute__((no_sanitize_address)) inline void emu_call(void (*k)(A...), void** args,
+EMU_UNCOUNTED_ void emu_call(void (*k)(A...), void** args,
                                                           std::index_sequence<I...>) {
     k(*static_cast<std::remove_reference_t<A>*>(args[I])...);
 }
 template <class... A>
-__attribute__((no_sanitize_address)) inline void emu_invoke(void (*k)(A...), void** args) {
+EMU_UNCOUNTED_ void emu_invoke(void (*k)(A...), void** args) {
     emu_call(k, args, std::index_sequence_for<A...>{});
 }
 #define EMU_EXPORT extern "C" __attribute__((visibility("default")))
+// The launchers read the argument array Python built: not kernel memory, so not counted.
+#define EMU_UNCOUNTED __attribute__((no_sanitize_address, noinline))

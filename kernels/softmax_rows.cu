@@ -1,0 +1,45 @@
+// softmax_rows.cu: y = softmax(x) along each row, one warp per row, online softmax.
+//
+//   x, y (R, C) row-major fp32. Block = ROWS_PER_BLOCK warps; warp w of block b owns row
+//   r = b * ROWS_PER_BLOCK + w. Lane j visits columns j, j + 32, j + 64, ...
+//
+//   Pass 1 (online softmax, the trick FlashAttention builds on): each lane keeps a running max
+//   m and a running sum l of exp(x - m) over its columns, rescaling l when m grows:
+//       m' = max(m, x_c);  l' = l * exp(m - m') + exp(x_c - m')
+//   then the 32 (m, l) pairs are merged with butterfly shuffles (no shared memory):
+//       m = max(m_a, m_b);  l = l_a exp(m_a - m) + l_b exp(m_b - m)
+//   Pass 2: y_c = exp(x_c - m) / l.
+//
+// Global traffic (counted, exactly): x read twice, y written once:
+//   read 2 * R * C * 4 bytes, written R * C * 4 bytes; about 5 FLOPs per element per pass.
+// ~0.4 FLOP/byte: deeply memory-bound (the lab's roofline places it).
+#include "common.cuh"
+
+#ifndef ROWS_PER_BLOCK
+#define ROWS_PER_BLOCK 4
+#endif
+
+extern "C" __global__ void softmax_rows(const float* x, float* y, int R, int C) {
+    const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    const int r = blockIdx.x * ROWS_PER_BLOCK + warp;
+    if (r >= R) return;  // the whole warp leaves together: no barrier or shuffle is pending
+    const float* xr = x + (size_t)r * C;
+    float m = -INFINITY, l = 0.0f;
+    for (int c = lane; c < C; c += WARP) {
+        const float v = xr[c];
+        const float m_new = fmaxf(m, v);
+        l = l * __expf(m - m_new) + __expf(v - m_new);  // exp(-inf) = 0 on the first element
+        m = m_new;
+    }
+    for (int offset = WARP / 2; offset > 0; offset /= 2) {  // merge (m, l) across lanes
+        const float m_o = __shfl_xor_sync(FULL_MASK, m, offset);
+        const float l_o = __shfl_xor_sync(FULL_MASK, l, offset);
+        const float m_new = fmaxf(m, m_o);
+        // a lane that saw no column has m = -inf, l = 0: weight it 0, not exp(nan)
+        l = (m == -INFINITY ? 0.0f : l * __expf(m - m_new)) +
+            (m_o == -INFINITY ? 0.0f : l_o * __expf(m_o - m_new));
+        m = m_new;
+    }
+    const float inv_l = 1.0f / l;
+    for (int c = lane; c < C; c += WARP) y[(size_t)r * C + c] = __expf(xr[c] - m) * inv_l;
+}
