@@ -96,13 +96,56 @@ _DYN_SHARED = re.compile(
 )
 
 
+# `__shared__ float tile[16][17], row[16];` -> a static array in the emu_shared section plus a
+# reference to it through an opaque pointer. Why: GCC's hooks skip accesses to a static array at
+# a constant index (`tile[0][3]`, a scalar), which would leave them uncounted and outside the
+# race check; through the reference every access is a pointer access and gets its hook.
+_STATIC_SHARED = re.compile(
+    r"(?<![\w])__shared__\s+(?P<align>__align__\s*\(\s*\d+\s*\)\s+)?"
+    r"(?P<type>(?:(?:const|unsigned|signed|long|short)\s+)*[A-Za-z_][\w:]*"
+    r"(?:\s*<[^;<>]*>)?)\s+(?P<decls>[^;{}()]+);"
+)
+_DECLARATOR = re.compile(
+    r"\s*(?:__align__\s*\(\s*(?P<align>\d+)\s*\)\s*)?(?P<name>[A-Za-z_]\w*)\s*"
+    r"(?P<dims>(?:\[[^\]]+\]\s*)*)$"
+)
+
+
+def _split_top(text: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += {"[": 1, "(": 1, "<": 1, "]": -1, ")": -1, ">": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return parts + [cur]
+
+
+def _static_shared(m: re.Match) -> str:
+    align = re.findall(r"\d+", m.group("align") or "")
+    out = []
+    for decl in _split_top(m.group("decls")):
+        d = _DECLARATOR.match(decl)
+        if not d:
+            return m.group(0)  # not a plain declaration: leave it to the __shared__ macro
+        a = d.group("align") or (align[0] if align else "16")
+        name, dims, ty = d.group("name"), d.group("dims").strip(), m.group("type")
+        out.append(f'static __attribute__((section("emu_shared"), aligned({a}))) {ty} '
+                   f"emu_shared_{name}{dims}; {ty} (&{name}){dims} = "
+                   f"*emu_launder(&emu_shared_{name});")
+    return " ".join(out)
+
+
 def rewrite_source(code: str) -> str:
     """What host C++ cannot express, rewritten on one line each (line numbers are kept)."""
-    return _DYN_SHARED.sub(
+    code = _DYN_SHARED.sub(
         lambda m: f"{m.group(2)}* {m.group(3)} = reinterpret_cast<{m.group(2)}*>"
         "(emu_dynamic_shared);",
         code,
     )
+    return _STATIC_SHARED.sub(_static_shared, code)
 
 
 def launcher_code(expressions: list[str]) -> str:
@@ -157,8 +200,27 @@ def _headers(options) -> list[bytes]:
     return out
 
 
+def _rewritten_includes(options, tmp: Path) -> list[str]:
+    """Headers of each -I folder, rewritten like the kernel file (a __shared__ array in
+    common.cuh must be counted too), in folders searched before the originals."""
+    flags = []
+    for i, d in enumerate(_include_dirs(options)):
+        src = Path(d)
+        if not src.is_dir():
+            continue
+        dst = tmp / f"include{i}"
+        for f in src.rglob("*"):
+            if f.suffix in (".h", ".cuh", ".hpp", ".inc") and f.is_file():
+                target = dst / f.relative_to(src)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(f"#line 1 \"{f.name}\"\n" + rewrite_source(f.read_text()))
+        flags += ["-I", str(dst)]
+    return flags
+
+
 def _run(cmd, what):
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(os.environ, LC_ALL="C", LANG="C")  # plain ASCII quotes in the messages
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise EmuCompileError(f"{what} failed:\n$ {' '.join(cmd)}\n{proc.stderr.strip()}")
 
@@ -200,8 +262,8 @@ def build_module(code: str, name: str, expressions: list[str], options, mode: st
     cxx = compiler()
     source = f'#line 1 "{name}"\n' + rewrite_source(code) + launcher_code(expressions)
     flags = BASE_FLAGS + host_flags(options) + (COUNT_FLAGS if mode == "counted" else [])
-    key = _digest([source, SHIM.read_bytes(), RUNTIME.read_bytes(), compiler_version(cxx),
-                   *flags, *_headers(options)])
+    key = _digest([source, SHIM.read_bytes(), RUNTIME.read_bytes(), Path(__file__).read_bytes(),
+                   compiler_version(cxx), *flags, *_headers(options)])
     stem = re.sub(r"[^\w.-]", "_", name)[:40]
     target = cache_dir() / f"{stem}-{mode}-{key}.so"
     runtime = runtime_object(cxx)
@@ -209,7 +271,8 @@ def build_module(code: str, name: str, expressions: list[str], options, mode: st
     def build(tmp: Path, out: Path):
         src, obj = tmp / "kernel.cpp", tmp / "kernel.o"
         src.write_text(source)
-        _run([cxx, *flags, "-include", str(SHIM), "-c", str(src), "-o", str(obj)],
+        includes = _rewritten_includes(options, tmp)
+        _run([cxx, *flags, *includes, "-include", str(SHIM), "-c", str(src), "-o", str(obj)],
              f"compiling {name} for the CPU emulator ({mode})")
         _run([cxx, "-shared", "-o", str(out), str(obj), str(runtime),
               "-Wl,-Bsymbolic", "-Wl,-z,defs", "-lm"], f"linking {name}")

@@ -178,7 +178,7 @@ class Kernel:
     @property
     def params(self) -> list[tuple[str, str]]:
         """(C type, name) of each parameter, e.g. ("const float*", "Q")."""
-        return list(zip(self.param_types, self.param_names))
+        return list(zip(self.param_types, self.param_names, strict=True))
 
     def _error(self, msg: str) -> EmuArgumentError:
         return EmuArgumentError(f"{self.name}: {msg}", kind="argument", kernel=self.name)
@@ -194,7 +194,7 @@ class Kernel:
         if not 1 <= len(dims) <= 3:
             raise self._error(f"{what} must have 1 to 3 dimensions, got {dims}")
         dims = dims + (1,) * (3 - len(dims))
-        for axis, (d, lim) in enumerate(zip(dims, limits)):
+        for axis, (d, lim) in enumerate(zip(dims, limits, strict=True)):
             if not 1 <= d <= lim:
                 raise self._error(f"{what}[{axis}] = {d} is outside [1, {lim}]")
         return dims
@@ -209,7 +209,7 @@ class Kernel:
                               f"{len(args)}")
         keep, bufs = [], []
         ptrs = (ctypes.c_void_p * max(1, len(args)))()
-        for i, ((ctype, pname), value) in enumerate(zip(self.params, args)):
+        for i, ((ctype, pname), value) in enumerate(zip(self.params, args, strict=True)):
             where = f"argument {i} ({ctype} {pname})"
             if ctype.endswith("*"):
                 base = ctype[:-1].replace("const ", "").strip()

@@ -397,7 +397,7 @@ static const char* op_name(int op) {
 static void complete_warp(Warp& w, int base, const char* file, int line) {
     unsigned long long ballot = 0;
     for (int j = 0; j < 32; ++j)
-        if ((w.mask >> j) & 1u) ballot |= (w.val[j] != 0ull) << j;
+        if ((w.mask >> j) & 1u) ballot |= static_cast<unsigned long long>(w.val[j] != 0) << j;
     for (int j = 0; j < 32; ++j) {
         if (!((w.mask >> j) & 1u)) continue;
         int width = w.width[j], src = j;

@@ -31,6 +31,13 @@
 // Static shared memory: one copy per module (blocks run one at a time), in a named section so
 // the runtime knows its address range (for classification, poisoning and the race check).
 #define __shared__ static __attribute__((section("emu_shared"), aligned(16)))
+// The loader rewrites plain declarations (`__shared__ float t[16][17];`) into such a static
+// plus a reference to it through emu_launder, so that every access is a counted pointer access.
+template <class T>
+__attribute__((always_inline)) inline T* emu_launder(T* p) {
+    asm("" : "+r"(p));  // the compiler can no longer see which object p points to
+    return p;
+}
 // `extern __shared__ T name[];` (dynamic shared memory) is rewritten by the loader into a
 // pointer to the per-launch buffer sized by shared_mem=, before this file is compiled.
 extern "C" char* emu_dynamic_shared;
