@@ -1,0 +1,27 @@
+"""Test-wide rules: CPU tests run on the emulator (with its race check on) even on a machine
+with a GPU; tests marked `gpu` run on the CUDA target and are skipped, with the reason, where
+there is no GPU."""
+
+import pytest
+
+from ckptlab import device, emu
+
+NO_GPU = ("needs an NVIDIA GPU and a CUDA build of CuPy: cupy.cuda.is_available() is False on "
+          "this machine")
+
+
+def pytest_collection_modifyitems(config, items):
+    if device.cuda_available():
+        return
+    skip = pytest.mark.skip(reason=NO_GPU)
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _target(request):
+    """Pin the target per test: "cuda" for gpu-marked tests, the emulator for all others."""
+    name = "cuda" if "gpu" in request.keywords else "emu"
+    with device.use(name), emu.settings(mode="counted", race_check=True):
+        yield
