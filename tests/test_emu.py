@@ -9,7 +9,7 @@ rely on (shuffles with width, votes, atomics, dynamic shared memory, templates, 
 import numpy as np
 import pytest
 
-from ckptlab import device, emu
+from ckptlab import device, emu, traffic
 
 TILE, ROWS_PER_BLOCK = 16, 4
 
@@ -57,6 +57,9 @@ def test_sgemm_matches_float64_and_counts_exactly(sgemm, M, N, K):
     assert launch.args["C"].write_bytes == M * N * 4
     assert launch.args["A"].write_bytes == launch.args["B"].write_bytes == 0
     assert launch.args["C"].read_bytes == 0 and launch.atomic_ops == 0
+    model = traffic.sgemm_tiled(M, N, K)  # the modeled bytes the labs use: equal, exactly
+    assert {n: a.read_bytes for n, a in launch.args.items()} == model.read
+    assert {n: a.write_bytes for n, a in launch.args.items()} == model.write
     assert launch.threads == cdiv(M, TILE) * cdiv(N, TILE) * TILE * TILE
     # Shared memory, per thread and k-tile: 2 stores of 4 bytes, 2 * TILE loads of 4 bytes.
     steps = launch.threads * cdiv(K, TILE)
@@ -78,6 +81,9 @@ def test_softmax_rows_matches_float64_and_counts_exactly(softmax, R, C):
     assert launch.args["x"].read_bytes == 2 * R * C * 4  # online softmax: two passes over x
     assert launch.args["y"].write_bytes == R * C * 4
     assert launch.shared_read_bytes == launch.shared_write_bytes == 0  # all in shuffles
+    model = traffic.softmax_rows(R, C)
+    assert {n: a.read_bytes for n, a in launch.args.items()} == model.read
+    assert {n: a.write_bytes for n, a in launch.args.items()} == model.write
 
 
 def test_fast_mode_gives_the_same_result_without_counts(sgemm):
