@@ -180,3 +180,24 @@ def totals(launches: list) -> dict:
         "flops": sum(x.flops for x in launches),
         "recompute_flops": sum(x.recompute_flops for x in launches),
     }
+
+
+# ---- the emulator's example kernels (labs/01: one compute-heavy, one memory-bound) ----------
+SGEMM_TILE = 16  # TILE in kernels/sgemm_tiled.cu
+SOFTMAX_ROWS_PER_BLOCK = 4  # ROWS_PER_BLOCK in kernels/softmax_rows.cu
+
+
+def sgemm_tiled(M: int, N: int, K: int, tile: int = SGEMM_TILE) -> KernelTraffic:
+    """kernels/sgemm_tiled.cu, C = A B: A read ceil(N/tile) times, B ceil(M/tile) times, C
+    written once; 2 M N K FLOPs."""
+    return _kernel("sgemm_tiled",
+                   {"A": BYTES * M * K * ceil_div(N, tile), "B": BYTES * K * N * ceil_div(M, tile)},
+                   {"C": BYTES * M * N}, flops=2 * M * N * K)
+
+
+def softmax_rows(R: int, C: int) -> KernelTraffic:
+    """kernels/softmax_rows.cu: x read twice (online max/sum pass, then the output pass), y
+    written once. FLOPs: 0 matmul FLOPs; about 5 R C pointwise operations (max, 2 exp, fma,
+    scale), counted here so the roofline can place the kernel."""
+    return _kernel("softmax_rows", {"x": 2 * BYTES * R * C}, {"y": BYTES * R * C},
+                   flops=5 * R * C)
