@@ -1,0 +1,156 @@
+"""Counted bytes (the emulator) == modeled bytes (ckptlab.traffic), exactly, for every launch
+and every pointer argument; the flash backward holds and writes nothing N x N; how bytes and
+saved memory grow with N."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from ckptlab import attention, device, emu, traffic
+from ckptlab import reference as ref
+
+
+@pytest.fixture(autouse=True, scope="module")
+def on_the_emulator():
+    with device.use("emu"), emu.settings(mode="counted"):
+        yield
+
+
+def inputs(B, H, Nq, Nk, d, seed=0):
+    g = np.random.default_rng(seed)
+    return tuple(g.standard_normal(s).astype(np.float32)
+                 for s in ((B, H, Nq, d), (B, H, Nk, d), (B, H, Nk, d), (B, H, Nq, d)))
+
+
+def counted(rec) -> list:
+    return [(x.kernel, {n: (a.read_bytes, a.write_bytes, a.atomic_ops, a.atomic_bytes)
+                        for n, a in x.args.items()}) for x in rec.launches]
+
+
+def modeled(launches) -> list:
+    return [(m.kernel, {n: (m.read[n], m.write[n], m.atomics[n], 4 * m.atomics[n])
+                        for n in m.read}) for m in launches]
+
+
+SHAPES = [  # (B, H, Nq, Nk, d, causal, tiles or None)
+    (1, 1, 1, 1, 16, False, None),
+    (2, 1, 17, 40, 32, True, None),
+    (1, 2, 40, 17, 64, True, None),  # rows that see no key, key tiles no query sees
+    (1, 1, 100, 100, 128, False, None),
+    (1, 1, 64, 257, 16, True, None),
+    (1, 1, 45, 70, 32, True, (16, 32)),
+    (1, 1, 70, 45, 32, True, (32, 8)),
+]
+
+
+@pytest.mark.parametrize("B,H,Nq,Nk,d,causal,tiles", SHAPES)
+def test_counted_bytes_equal_the_model(B, H, Nq, Nk, d, causal, tiles):
+    q, k, v, dO = inputs(B, H, Nq, Nk, d)
+    kw = dict(causal=causal, dropout_p=0.1, seed=3)
+    Br, Bc = tiles or (None, None)
+    with emu.record() as rec:
+        _, saved = attention.naive_forward(q, k, v, **kw)
+    assert counted(rec) == modeled(traffic.naive_forward(B, H, Nq, Nk, d, causal))
+    with emu.record() as rec:
+        attention.naive_backward(dO, q, k, v, saved)
+    assert counted(rec) == modeled(traffic.naive_backward(B, H, Nq, Nk, d, causal))
+    with emu.record() as rec:
+        _, saved = attention.flash_forward(q, k, v, **kw, tiles=tiles)
+    assert counted(rec) == modeled(traffic.flash_forward(B, H, Nq, Nk, d, causal, Br, Bc))
+    for deterministic in (False, True):
+        with emu.record() as rec:
+            attention.flash_backward(dO, q, k, v, saved, deterministic, tiles=tiles)
+        model = traffic.flash_backward(B, H, Nq, Nk, d, causal, deterministic, Br, Bc)
+        assert counted(rec) == modeled(model)
+
+
+def test_flash_backward_writes_and_holds_nothing_n_by_n():
+    """Per-argument counters: no argument of a flash backward launch gets more than N x d
+    bytes written (atomicAdds go to dQ only); tracemalloc: the flash backward allocates less
+    than one N x N fp32 matrix, the naive one at least two (dP and dS). The ledger holds O and
+    L only."""
+    N, d = 257, 16
+    nn = N * N * 4  # one N x N fp32 matrix: 264 KB, vs 16 KB for one N x d one
+    q, k, v, dO = inputs(1, 1, N, N, d)
+    _, flash = attention.flash_forward(q, k, v)
+    _, naive = attention.naive_forward(q, k, v)
+    assert flash.nbytes == N * (d + 1) * 4 and naive.nbytes == nn
+
+    tracemalloc.start()
+    with emu.record() as rec:
+        attention.flash_backward(dO, q, k, v, flash)
+        attention.flash_backward(dO, q, k, v, flash, deterministic=True)
+    flash_peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.reset_peak()
+    attention.naive_backward(dO, q, k, v, naive)
+    naive_peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert flash_peak < nn and naive_peak >= 2 * nn
+
+    for launch in rec.launches:  # the atomic dQ adds land in dQ (N x d), Tc times over
+        for name, a in launch.args.items():
+            assert a.write_bytes <= N * d * 4, (launch.kernel, name)
+            assert a.atomic_ops == 0 or name == "dQ", (launch.kernel, name)
+
+
+def slope(ns, ys):
+    """Exponent of y ~ N^slope: least-squares line through (log N, log y)."""
+    return np.polyfit(np.log(ns), np.log(ys), 1)[0]
+
+
+def test_growth_with_n():
+    """Naive counted bytes grow ~N^2 (S, P, dP, dS live in HBM); the naive ledger (P) grows
+    as N^2 and the flash ledger (O, L) as N."""
+    ns, d = [32, 64, 128, 256], 16
+    naive_bytes, naive_saved, flash_saved = [], [], []
+    for N in ns:
+        q, k, v, dO = inputs(1, 1, N, N, d)
+        with emu.record() as rec:
+            _, saved = attention.naive_forward(q, k, v)
+            attention.naive_backward(dO, q, k, v, saved)
+        naive_bytes.append(rec.global_read_bytes + rec.global_write_bytes + rec.atomic_bytes)
+        naive_saved.append(saved.nbytes)
+        with emu.settings(mode="fast"):  # only the ledger is needed here
+            flash_saved.append(attention.flash_forward(q, k, v)[1].nbytes)
+    assert 1.9 <= slope(ns, naive_bytes) <= 2.05
+    assert slope(ns, naive_saved) == pytest.approx(2.0, abs=1e-9)
+    assert slope(ns, flash_saved) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_visible_pairs_and_tile_pairs():
+    """The causal counts against a brute-force mask; tile pairs cover every visible pair."""
+    for Nq, Nk in ((1, 1), (17, 40), (40, 17), (64, 64), (100, 3)):
+        mask = ref.causal_visible(Nq, Nk)
+        assert traffic.visible_pairs(Nq, Nk, True) == mask.sum()
+        assert traffic.visible_pairs(Nq, Nk, False) == Nq * Nk
+        for Br, Bc in ((16, 8), (32, 32), (8, 64)):
+            covered = sum(r * c for r, c in traffic.tile_pairs(Nq, Nk, Br, Bc, True))
+            visited = np.zeros((Nq, Nk), bool)  # the tiles that the pairs stand for
+            for q0 in range(0, Nq, Br):
+                last = min(q0 + Br, Nq) - 1 + Nk - Nq
+                for k0 in range(0, Nk, Bc):
+                    visited[q0:q0 + Br, k0:k0 + Bc] = k0 <= last
+            assert covered == visited.sum() and not (mask & ~visited).any()
+
+
+def test_flops():
+    """Model FLOPs count useful work; hardware FLOPs what runs, recompute listed apart.
+    Non-causal with tiles dividing N: the flash backward is 10/8 = 1.25x the model (S
+    recomputed), the deterministic one 14/8 (S and dO V^T recomputed again for dQ)."""
+    B, H, N, d = 2, 3, 128, 64
+    fwd = traffic.model_flops(B, H, N, N, d)
+    assert fwd == 4 * B * H * N * N * d
+    assert traffic.model_flops(B, H, N, N, d, backward=True) == 2 * fwd
+    naive = traffic.totals(traffic.naive_forward(B, H, N, N, d)
+                           + traffic.naive_backward(B, H, N, N, d))
+    assert naive["flops"] == 3 * fwd and naive["recompute_flops"] == 0
+    atomic = traffic.totals(traffic.flash_backward(B, H, N, N, d))
+    det = traffic.totals(traffic.flash_backward(B, H, N, N, d, deterministic=True))
+    assert atomic["flops"] == 2.5 * fwd and atomic["recompute_flops"] == 0.5 * fwd
+    assert det["flops"] == 3.5 * fwd and det["recompute_flops"] == 1.5 * fwd
+    # causal: the naive kernels still compute every pair; flash skips hidden tiles
+    causal_model = traffic.model_flops(B, H, N, N, d, causal=True)
+    naive_c = traffic.totals(traffic.naive_forward(B, H, N, N, d, causal=True))
+    flash_c = traffic.totals(traffic.flash_forward(B, H, N, N, d, causal=True))
+    assert naive_c["flops"] == fwd and causal_model < flash_c["flops"] < naive_c["flops"]
