@@ -6,7 +6,7 @@ the deterministic dQ (twice: bitwise equal). Each output (O, L, dQ, dK, dV) must
     and <= 2x the error of the same math in float32 NumPy   (FlashAttention's rule)
 plus FLOOR: one fp32 rounding of the result (2^-22 relative), for outputs the float32 NumPy
 path happens to get exact (e.g. N = 1, where O is V itself). Outputs are NaN-poisoned by the
-wrappers, so an element no thread writes fails here. Time: ~30 s on 2 cores (B*H <= 2).
+wrappers, so an element no thread writes fails here. Time: ~20 s on 2 cores (B*H <= 2).
 """
 
 import numpy as np
@@ -26,24 +26,20 @@ def on_the_emulator():
         yield
 
 
-# (B, H, Nq, Nk, d, causal, dropout_p): every N in {1, 17, 64, 100, 257}, every d, Nq != Nk
-# both ways, rows that see no key (causal, Nq > Nk), and Nk = 1 (softmax over one key: the
-# exact dQ and dK are 0, see check()).
-CASES = [
-    (1, 1, 1, 1, 16, False, 0.0),
-    (1, 2, 1, 100, 32, True, 0.0),
-    (2, 1, 17, 17, 64, True, 0.2),
-    (1, 1, 17, 257, 128, False, 0.0),
-    (1, 2, 64, 64, 16, False, 0.1),
-    (1, 1, 64, 17, 32, True, 0.0),
-    (1, 1, 100, 64, 128, True, 0.3),
-    (2, 1, 100, 100, 64, False, 0.0),
-    (1, 1, 257, 100, 16, True, 0.15),
-    (1, 1, 257, 257, 32, True, 0.0),
-    (1, 1, 257, 1, 64, False, 0.0),
-    (1, 1, 100, 257, 128, True, 0.1),
-    (1, 1, 257, 64, 128, False, 0.25),
-    (1, 2, 17, 100, 16, True, 0.5),
+# (B, H, Nq, Nk, d, causal, dropout_p). Every head dim meets every (causal, dropout) pair; the
+# (Nq, Nk) pairs cycle through N in {1, 17, 64, 100, 257} with Nq < Nk and Nq > Nk (causal with
+# Nq > Nk: rows that see no key); B*H alternates 1 and 2 (batch offsets, dropout indices).
+PAIRS = [(1, 100), (17, 17), (257, 64), (64, 257), (100, 17), (17, 100), (257, 257), (100, 64)]
+OPTIONS = [(False, 0.0), (True, 0.0), (False, 0.2), (True, 0.3)]
+GRID = [(d, causal, p) for d in attention.HEAD_DIMS for causal, p in OPTIONS]
+CASES = [(1, 1 + n % 2, *PAIRS[n % len(PAIRS)], d, causal, p)
+         for n, (d, causal, p) in enumerate(GRID)]
+CASES += [
+    (1, 1, 1, 1, 16, False, 0.0),  # one query, one key
+    (1, 1, 257, 1, 64, False, 0.0),  # one key per row: exact dQ = dK = 0 (see check())
+    (1, 2, 1, 100, 32, True, 0.0),  # one query, bottom-right aligned: it sees every key
+    (2, 1, 257, 100, 16, True, 0.15),  # 157 rows that see no key, with dropout
+    (1, 1, 64, 17, 128, True, 0.5),
 ]
 
 
@@ -137,7 +133,7 @@ def test_kernels_match_float64_reference(c):
     run_case(c)
 
 
-@pytest.mark.parametrize("c", [CASES[2], CASES[6]], ids=case_id)
+@pytest.mark.parametrize("c", [CASES[7], CASES[11]], ids=case_id)
 def test_kernels_match_torch_autograd(c):
     """PyTorch float64 autograd as an independent oracle (its own masked softmax)."""
     from test_reference import torch_attention
@@ -313,3 +309,18 @@ def test_bad_backward_input():
         with pytest.raises(TypeError, match="dO must have dtype float32"):
             attention.naive_backward(dO.astype(np.float16), q, k, v, naive)
     assert rec.launches == []
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "emulator bug (reported): GCC puts a __shared__ array declared inside a template kernel in "
+    ".bss, not in the emu_shared section, so the flash kernels' shared memory is not counted, "
+    "not NaN-poisoned and not race-checked. Checked outside the suite by specialising each "
+    "instantiation into a plain extern \"C\" kernel: race-free, all cases pass."))
+def test_flash_shared_memory_is_seen_by_the_emulator():
+    q, k, v, dO = make_inputs(1, 1, 40, 40, 16, 9)
+    with emu.record() as rec:
+        _, saved = attention.flash_forward(q, k, v)
+        attention.flash_backward(dO, q, k, v, saved, deterministic=True)
+    for launch in rec.launches:
+        if "preprocess" not in launch.kernel:
+            assert launch.shared_read_bytes > 0 and launch.shared_write_bytes > 0, launch.kernel
