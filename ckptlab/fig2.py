@@ -37,9 +37,10 @@ PAPER = {"standard": dict(gflops=66.6, hbm_gb=40.3, ms=41.7),
          "flash": dict(gflops=75.2, hbm_gb=4.4, ms=7.3)}
 
 
-def count_one_head(impl: str, n: int = N, d: int = D) -> dict:
-    """Run forward + backward of one head (B = H = 1) on the emulator, counted; returns the total
-    global bytes and the part that went to the N x N arguments (S, P, dP, dS)."""
+def count_one_head(impl: str, n: int | None = None, d: int = D) -> dict:
+    """Run forward + backward of one head (B = H = 1, N = n, default N) on the emulator, counted;
+    returns the total global bytes and the part that went to the N x N arguments (S, P, dP, dS)."""
+    n = N if n is None else n
     q, k, v, dO = bench_attention.inputs(1, 1, n, d)
     with device.use("emu"), emu.settings(mode="counted", race_check=False), emu.record() as rec:
         bench_attention.forward_backward(impl, q, k, v, dO)
