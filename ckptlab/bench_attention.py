@@ -318,7 +318,12 @@ def main(argv=None) -> int:
     rows = sweep(a.n, a.impl, B=a.batch, H=a.heads, d=a.d, causal=a.causal, repeats=a.repeats,
                  spec=a.spec)
     if a.ncu:
-        add_measured_bytes(rows)
+        try:
+            add_measured_bytes(rows)
+        except (RuntimeError, ValueError) as e:  # no counters permission, no kernel matched...
+            first = str(e).strip().splitlines()
+            print(f"ncu could not measure: {' | '.join(first[:3])}", file=sys.stderr)
+            return 1
     print(format_table(rows), file=sys.stderr if a.csv == "-" else sys.stdout)
     if a.csv:
         write_csv(rows, a.csv)
