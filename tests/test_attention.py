@@ -311,11 +311,6 @@ def test_bad_backward_input():
     assert rec.launches == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "emulator bug (reported): GCC puts a __shared__ array declared inside a template kernel in "
-    ".bss, not in the emu_shared section, so the flash kernels' shared memory is not counted, "
-    "not NaN-poisoned and not race-checked. Checked outside the suite by specialising each "
-    "instantiation into a plain extern \"C\" kernel: race-free, all cases pass."))
 def test_flash_shared_memory_is_seen_by_the_emulator():
     q, k, v, dO = make_inputs(1, 1, 40, 40, 16, 9)
     with emu.record() as rec:

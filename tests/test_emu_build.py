@@ -68,10 +68,11 @@ def test_rewrites_keep_line_numbers():
            "__shared__ int s;\n")
     out = build.rewrite_source(src)
     assert out.count("\n") == src.count("\n")
-    assert "float (&a)[4] = *emu_launder(&emu_shared_a);" in out
-    assert "float (&b)[2][3] = *emu_launder(&emu_shared_b);" in out
+    assert "emu_shared_alloc(sizeof(float[4])" in out
+    assert "float (&a)[4] = *emu_launder(reinterpret_cast<float(*)[4]>(emu_shared_a));" in out
+    assert "float (&b)[2][3] = *emu_launder(reinterpret_cast<float(*)[2][3]>(emu_shared_b))" in out
     assert "float* dyn = reinterpret_cast<float*>(emu_dynamic_shared);" in out
-    assert "int (&s) = *emu_launder(&emu_shared_s);" in out
+    assert "int (&s) = *emu_launder(reinterpret_cast<int(*)>(emu_shared_s));" in out
 
 
 def test_kernel_names_ignore_comments():

@@ -27,6 +27,7 @@ BASE_FLAGS = [
     "-std=c++20", "-O2", "-g", "-fPIC", "-fvisibility=hidden",
     "-fno-strict-aliasing",        # CUDA code reinterprets float* as float4* freely
     "-fno-exceptions",
+    "-fno-threadsafe-statics",     # one OS thread runs every fiber: no guards needed
     "-fstack-clash-protection",    # big frames touch the guard page first: a clean overflow
     "-Wno-unused-parameter", "-Wno-unused-variable",
 ]
@@ -96,13 +97,13 @@ _DYN_SHARED = re.compile(
 )
 
 
-# `__shared__ float tile[16][17], row[16];` -> a static array in the emu_shared section plus a
-# reference to it through an opaque pointer. Why: GCC's hooks skip accesses to a static array at
-# a constant index (`tile[0][3]`, a scalar), which would leave them uncounted and outside the
-# race check; through the reference every access is a pointer access and gets its hook.
+# `__shared__ float tile[16][17], row[16];` -> a place in the module's static shared arena
+# (runtime.cpp: emu_shared_alloc, once per declaration) and a reference to it through an opaque
+# pointer. Why the reference: GCC's hooks skip accesses to a static array at a constant index
+# (`tile[0][3]`, a scalar), which would leave them uncounted and outside the race check.
 _STATIC_SHARED = re.compile(
     r"(?<![\w])__shared__\s+(?P<align>__align__\s*\(\s*\d+\s*\)\s+)?"
-    r"(?P<type>(?:(?:const|unsigned|signed|long|short)\s+)*[A-Za-z_][\w:]*"
+    r"(?P<type>(?:(?:const|unsigned|signed|long|short|typename)\s+)*[A-Za-z_][\w:]*"
     r"(?:\s*<[^;<>]*>)?)\s+(?P<decls>[^;{}()]+);"
 )
 _DECLARATOR = re.compile(
@@ -132,9 +133,10 @@ def _static_shared(m: re.Match) -> str:
             return m.group(0)  # not a plain declaration: leave it to the __shared__ macro
         a = d.group("align") or (align[0] if align else "16")
         name, dims, ty = d.group("name"), d.group("dims").strip(), m.group("type")
-        out.append(f'static __attribute__((section("emu_shared"), aligned({a}))) {ty} '
-                   f"emu_shared_{name}{dims}; {ty} (&{name}){dims} = "
-                   f"*emu_launder(&emu_shared_{name});")
+        p = f"emu_shared_{name}"
+        out.append(f"static char* const {p} = static_cast<char*>(emu_shared_alloc(sizeof({ty}"
+                   f"{dims}), alignof({ty}) > {a} ? alignof({ty}) : {a})); {ty} (&{name}){dims}"
+                   f" = *emu_launder(reinterpret_cast<{ty}(*){dims}>({p}));")
     return " ".join(out)
 
 
@@ -272,7 +274,8 @@ def build_module(code: str, name: str, expressions: list[str], options, mode: st
         src, obj = tmp / "kernel.cpp", tmp / "kernel.o"
         src.write_text(source)
         includes = _rewritten_includes(options, tmp)
-        _run([cxx, *flags, *includes, "-include", str(SHIM), "-c", str(src), "-o", str(obj)],
+        # the rewritten copies of the headers come first, before the original -I folders
+        _run([cxx, *includes, *flags, "-include", str(SHIM), "-c", str(src), "-o", str(obj)],
              f"compiling {name} for the CPU emulator ({mode})")
         _run([cxx, "-shared", "-o", str(out), str(obj), str(runtime),
               "-Wl,-Bsymbolic", "-Wl,-z,defs", "-lm"], f"linking {name}")

@@ -82,8 +82,12 @@ static constexpr uint16_t kManyReaders = 0xFFFF;
 EmuBuiltins emu_builtins;
 char* emu_dynamic_shared;
 
-extern "C" char __start_emu_shared[] __attribute__((weak));
-extern "C" char __stop_emu_shared[] __attribute__((weak));
+// Static shared memory: every `__shared__` declaration of the module gets its place in this
+// arena the first time it executes (emu_shared_alloc); blocks run one after another, so one copy
+// is right. (A linker section would be simpler, but GCC ignores section attributes on the
+// static locals of template instantiations.) Dynamic shared memory is a separate buffer.
+static constexpr size_t kArena = 1 << 20;
+static char* g_arena;
 
 // ---- launch state (globals: a launch is serial and may be abandoned by siglongjmp) ----------
 static Fiber g_fibers[kMaxThreads];
@@ -104,7 +108,7 @@ static volatile sig_atomic_t g_failed, g_in_launch, g_interrupted;
 static sigjmp_buf g_jmp;
 static const Buf* g_bufs;
 static int g_nbuf;
-static uintptr_t g_sh_lo, g_dyn_lo;
+static uintptr_t g_sh_lo, g_dyn_lo;  // static arena (g_sh_size bytes in use), dynamic buffer
 static size_t g_sh_size, g_dyn_size, g_dyn_cap;
 static Shadow* g_shadow;
 static size_t g_shadow_cap;
@@ -242,6 +246,28 @@ static void set_fault(int kind, void* pc, const char* file, int line, const char
 static void describe_thread(char* out, size_t n, int t) {
     const Fiber& f = g_fibers[t];
     snprintf(out, n, "(%u,%u,%u)", f.idx.x, f.idx.y, f.idx.z);
+}
+
+// ---- static shared memory ------------------------------------------------------------------
+extern "C" void* emu_shared_alloc(size_t size, size_t align) {
+    if (!g_arena) {
+        void* m = mmap(nullptr, kArena, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED) abort();
+        g_arena = static_cast<char*>(m);
+        g_sh_lo = reinterpret_cast<uintptr_t>(g_arena);
+    }
+    size_t at = (g_sh_size + align - 1) / align * align;
+    if (at + size > kArena) {
+        set_fault(F_CONFIG, nullptr, nullptr, 0,
+                  "the module's __shared__ declarations need more than %zu KiB in all",
+                  kArena / 1024);
+        if (g_cur) abort_fiber();
+        abort();
+    }
+    memset(g_arena + at, 0xFF, size);  // poisoned, like every block's shared memory
+    g_sh_size = at + size;
+    return g_arena + at;
 }
 
 // ---- the scheduler --------------------------------------------------------------------------
@@ -474,7 +500,9 @@ static unsigned long long warp_op(int op, unsigned mask, unsigned long long bits
     if (w.arrived == w.mask) {
         complete_warp(w, base, file, line);
         w.active = false;
-        ++g_wepoch[t / 32];  // a completed warp op orders the lanes' shared accesses
+        // Only __syncwarp orders the lanes' memory accesses (CUDA documents no ordering for
+        // shuffles or votes), so only it starts a new warp epoch for the race check.
+        if (op == OP_SYNCWARP) ++g_wepoch[t / 32];
         return w.result[lane];
     }
     Fiber* f = g_cur;
@@ -625,8 +653,8 @@ __attribute__((always_inline)) static inline void on_access(uintptr_t a, size_t 
                                                             void* pc) {
     if (a - g_sh_lo < g_sh_size || a - g_dyn_lo < g_dyn_size) {
         bool stat = a - g_sh_lo < g_sh_size;
-        size_t off = stat ? a - g_sh_lo : g_sh_size + (a - g_dyn_lo);
-        size_t end = stat ? g_sh_size : g_sh_size + g_dyn_size;
+        size_t off = stat ? a - g_sh_lo : kArena + (a - g_dyn_lo);  // offset in the shadow
+        size_t end = stat ? g_sh_size : kArena + g_dyn_size;
         if (off + size > end) bad_access(a, size, write, pc);
         (write ? g_cnt.shared_write : g_cnt.shared_read) += size;
         if (g_cfg.race_check) {
@@ -884,8 +912,6 @@ EMU_API int emu_launch(void (*launcher)(void**), void** args, const uint32_t* gr
                                 static_cast<unsigned>(t / (block[0] * block[1]))};
     }
     // Shared memory: the static section of this module and the dynamic buffer of this launch.
-    g_sh_lo = reinterpret_cast<uintptr_t>(__start_emu_shared);
-    g_sh_size = __start_emu_shared ? size_t(__stop_emu_shared - __start_emu_shared) : 0;
     if (shared_bytes > g_dyn_cap) {
         free(emu_dynamic_shared);
         emu_dynamic_shared = static_cast<char*>(aligned_alloc(128, (shared_bytes + 127) & ~127ull));
@@ -893,7 +919,7 @@ EMU_API int emu_launch(void (*launcher)(void**), void** args, const uint32_t* gr
     }
     g_dyn_lo = reinterpret_cast<uintptr_t>(emu_dynamic_shared);
     g_dyn_size = shared_bytes;
-    size_t shadow = (g_sh_size + g_dyn_size + 3) / 4;
+    size_t shadow = (kArena + g_dyn_size + 3) / 4;  // calloc'd pages stay untouched until used
     if (cfg->race_check && shadow > g_shadow_cap) {
         free(g_shadow);
         g_shadow = static_cast<Shadow*>(calloc(shadow, sizeof(Shadow)));

@@ -28,18 +28,20 @@
 #define __align__(n) __attribute__((aligned(n)))
 #define __restrict__ __restrict
 #define __constant__ static
-// Static shared memory: one copy per module (blocks run one at a time), in a named section so
-// the runtime knows its address range (for classification, poisoning and the race check).
-#define __shared__ static __attribute__((section("emu_shared"), aligned(16)))
-// The loader rewrites plain declarations (`__shared__ float t[16][17];`) into such a static
-// plus a reference to it through emu_launder, so that every access is a counted pointer access.
+// Shared memory. The loader rewrites each `__shared__ T name[dims];` (in the kernel file and
+// in the headers it includes) into a place in the module's static shared arena, taken the first
+// time the declaration executes, and a reference to it through emu_launder, so that every access
+// is a pointer access GCC's hooks see (they skip a static array at a constant index).
+// `extern __shared__ T name[];` becomes a pointer to the launch's dynamic shared buffer.
+// A __shared__ the loader could not rewrite stops the compile with this message:
+#define __shared__ \
+    _Pragma("GCC error \"ckptlab.emu: write shared memory as '__shared__ TYPE name[dims];' (several comma-separated names are fine)\"")
+extern "C" void* emu_shared_alloc(size_t size, size_t align);
 template <class T>
 __attribute__((always_inline)) inline T* emu_launder(T* p) {
     asm("" : "+r"(p));  // the compiler can no longer see which object p points to
     return p;
 }
-// `extern __shared__ T name[];` (dynamic shared memory) is rewritten by the loader into a
-// pointer to the per-launch buffer sized by shared_mem=, before this file is compiled.
 extern "C" char* emu_dynamic_shared;
 
 // ---- built-in variables -------------------------------------------------------------------
