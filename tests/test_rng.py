@@ -27,7 +27,7 @@ def test_philox_known_answers(counter, key, expected):
 def test_vectorised_equals_scalar():
     index = np.array([0, 1, 2**32 + 5, 2**40 + 7], dtype=np.uint64)
     words = rng.random_words(seed=2**33 + 9, offset=3, index=index)
-    for i, w in zip(index, words):
+    for i, w in zip(index, words, strict=True):
         c = (int(i) & 0xFFFFFFFF, int(i) >> 32, 3, 0)
         assert int(rng.philox4x32(c, (9, 2))[0]) == int(w)
 
