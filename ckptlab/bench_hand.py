@@ -48,8 +48,9 @@ def _cross_entropy(logits, t, xp):
 
 def mlp_step(m, x, y):
     """loss, {name: grad} of models.MLP by hand."""
-    xp = autograd.xp_of(x)
-    P, drop = {k: t.data for k, t in m.params.items()}, _Masks(m.p, xp)
+    P = {k: t.data for k, t in m.params.items()}
+    xp = autograd.xp_of(P["Wo"])
+    x, drop = xp.asarray(x), _Masks(m.p, xp)
     xs, hs, keeps = [], [], []
     for i in range(m.layers):
         xs.append(x)

@@ -190,7 +190,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, impl: str =
     (B, H, Nq) and recomputes P = exp(S - L) in backward (those FLOPs count as "recompute").
     backend="numpy": this module, in the inputs' dtype (gradcheck runs it in float64);
     backend="kernels": ckptlab.attention's CUDA kernels (fp32, the emulator on the CPU).
-    Dropout element (b, h, i, j) is number ((b*H + h)*Nq + i)*Nk + j of rng.keep_mask."""
+    Dropout element (b, h, i, j) is number ((b*H + h)*Nq + i)*Nk + j of rng.keep_mask.
+    FLOPs are counted dense (4 B H Nq Nk d forward, 8 backward), masked scores included."""
     _check_attention(q, k, v, impl, backend, dropout_p)
     B, H, Nq, d = q.shape
     Nk = k.shape[2]

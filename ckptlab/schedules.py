@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass, field
 
 from ckptlab.checkpoint import Seg, check_plan
+from ckptlab.checkpoint import plan_blocks as _plan_blocks
+from ckptlab.ledger import Profile, StageProfile
 from ckptlab.schedules_dp import optimal_plan, revolve_cost, revolve_plan
 
 
@@ -41,6 +43,12 @@ class Schedule:
 
     def predict(self, prof) -> Prediction:
         return simulate(self.full_plan(prof), prof)
+
+    def describe(self) -> str:
+        """The step sequence, readable without a profile (see Prediction.describe)."""
+        L = len(_plan_blocks(self.plan))
+        unit = [StageProfile(1, 1, {"in": 1}, 1, 2, 0) for _ in range(L)]
+        return simulate(self.plan, Profile(unit, 0, L)).describe()
 
     def __repr__(self):
         return f"Schedule({self.name}: {self.plan})"

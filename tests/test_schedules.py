@@ -195,6 +195,7 @@ def test_steps_are_inspectable_before_running():
     prof = synthetic([10] * 4, [30] * 4, [True] * 4, [1] * 4)
     pred = schedules.sqrt(4).predict(prof)
     assert pred.describe() == ("+x0 f0 f1 +x2 f2 f3 R2 R3 B3 B2 -x2 R0 R1 B1 B0 -x0")
+    assert schedules.sqrt(4).describe() == pred.describe()  # no profile needed to read it
     assert pred.peak_bytes == 10 + 10 + 2 * 30 + 10  # x0, x2, then block 2 (x2 shared) and 3
     values, spans = pred.timeline()
     assert max(values) == pred.peak_bytes and [s[2] for s in spans] == \
