@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from ckptlab import __main__ as cli
-from ckptlab import attention, bench_attention, device, fig2, roofline
+from ckptlab import attention, bench_attention, device, fig2, roofline, tour
 
 REPO = Path(__file__).resolve().parent.parent
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -151,6 +151,63 @@ def test_fig2_counts_one_head_and_scales(tmp_path, capsys, monkeypatch):
     assert float(rows[0]["paper_ms"]) == 41.7 and float(rows[1]["paper_hbm_gb"]) == 4.4
 
 
+def test_tour_quick_end_to_end(tmp_path):
+    """`tour --quick` as a user runs it, in a new process with no display and no MPLBACKEND:
+    the three parts print, every file it lists exists and is non-empty, the PNGs are PNGs, and
+    the sweep's counted bytes equal the modeled ones row by row."""
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+    p = run_subprocess("--device", "emu", "tour", "--quick", "--out", str(tmp_path), env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    for header in ("-- 1. gradient checks", "-- 2. store P (naive) vs recompute P (flash)",
+                   "-- 3. checkpoint schedules"):
+        assert header in p.stdout
+    assert "12 of 12 passed" in p.stdout
+    assert "time: modeled (A100-SXM4-80GB, fp32 roofline)" in p.stdout
+    assert "counted bytes == modeled bytes (ckptlab.traffic) on every row: yes" in p.stdout
+    paths = written_paths(p.stdout)
+    names = sorted(path.name for path in paths)
+    assert names == sorted([
+        "tour_checks.csv", "tour_attention.csv", "tour_checkpoint.csv",
+        "attention_memory_vs_n.png", "attention_time_vs_n.png", "attention_hbm_bytes_vs_n.png",
+        "attention_roofline.png", "checkpoint_memory_trace.png", "checkpoint_pareto.png"])
+    for path in paths:
+        assert path.parent == tmp_path and path.stat().st_size > 0, path
+        if path.suffix == ".png":
+            assert path.read_bytes().startswith(PNG_MAGIC) and path.stat().st_size > 10_000
+    rows = read_csv(tmp_path / "tour_attention.csv")
+    assert sorted({int(r["N"]) for r in rows}) == tour.SIZES["quick"]["ns"]
+    for r in rows:
+        assert r["hbm_source"] == "counted" and r["hbm_bytes"] == r["modeled_bytes"], r
+    ck = read_csv(tmp_path / "tour_checkpoint.csv")
+    assert {r["schedule"] for r in ck} >= {"none", "sqrt"}
+    assert all(int(r["measured_peak_bytes"]) > 0 for r in ck if r["measured_peak_bytes"])
+
+
+def test_roofline_placement_by_hand():
+    """The tour's roofline point for naive at N = 64 sits at intensity FLOPs / bytes computed by
+    hand, below the A100 fp32 ridge 19.5e12 / 2.039e12 = 9.56 FLOP/byte; flash sits above it."""
+    rows = bench_attention.sweep([48, 64], progress=False)
+    points = {p["name"]: p for p in tour.roofline_points(rows)}
+    naive, flash = points["naive (8 kernels)"], points["flash (3 kernels)"]
+    assert naive["flops"] == 12 * 64**3 and naive["bytes"] == naive_bytes_by_hand(64, 64)
+    ridge = 19.5e12 / 2.039e12
+    assert roofline.ridge_point("a100") == pytest.approx(ridge)
+    assert naive["flops"] / naive["bytes"] == pytest.approx(3145728 / 1015808)
+    assert naive["flops"] / naive["bytes"] < ridge
+    assert flash["flops"] / flash["bytes"] > ridge
+    title = tour.roofline_title(list(points.values()), "A100-SXM4-80GB", 64)
+    assert title.endswith("9.56 FLOP/byte): naive")
+
+
+def test_bench_checkpoint_dispatch(tmp_path, capsys):
+    path = tmp_path / "ck.csv"
+    rc, out, _ = run_cli(capsys, "bench", "checkpoint", "--layers", "3", "--width", "8",
+                         "--batch", "4", "--repeats", "1", "--no-torch", "--schedule",
+                         "none,sqrt", "--csv", str(path))
+    assert rc == 0 and "sqrt" in out
+    assert {r["schedule"] for r in read_csv(path)} >= {"none", "sqrt"}
+
+
 def test_kernels_and_bench_emu_dispatch(capsys):
     rc, out, _ = run_cli(capsys, "bench", "emu", "--size", "32", "--repeats", "1")
     assert rc == 0 and "M threads/s" in out
@@ -202,6 +259,20 @@ def test_unknown_option_in_a_new_process():
 
 
 # ---------------------------------------------------------------- the GPU path
+
+
+@pytest.mark.gpu
+def test_tour_on_the_gpu(tmp_path, capsys):
+    """`tour --quick` on CUDA: the gradient checks pass there, the sweep's times are measured
+    with CUDA events, its bytes are labelled modeled, and every file is written."""
+    rc, out, err = run_cli(capsys, "--device", "cuda", "tour", "--quick", "--out", str(tmp_path))
+    assert rc == 0, err[-2000:]
+    assert "on target 'cuda'" in out and "12 of 12 passed" in out
+    for path in written_paths(out):
+        assert path.stat().st_size > 0, path
+    for r in read_csv(tmp_path / "tour_attention.csv"):
+        assert r["target"] == "cuda" and r["hbm_source"] == "modeled"
+        assert r["time_source"].startswith("measured (cuda: ") and float(r["time_s"]) > 0
 
 
 @pytest.mark.gpu
