@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from ckptlab import attention, reference, rng, roofline, traffic
+from ckptlab import at_scale, attention, reference, rng, roofline, schedules, traffic
 from ckptlab.plots import fit_loglog_slope
 
 NOT_YET = "not answered yet"
@@ -405,3 +405,103 @@ def deterministic_flops_ratio(answer, B: int = 64, H: int = 16, N: int = 1024,
         (1.0, "the deterministic dq kernel recomputes S and dP = dO V^T a second time"),
     ], hint="atomic: 10 d FLOPs per (i, j) pair (S, dP, dV, dK, dQ); the deterministic path "
             "does 8 d in dkdv, then S, dP and dQ again (6 d) in the dq kernel")
+
+
+# ---- lab 07: segment checkpointing ----------------------------------------------------------
+def least_memory_segments(answer, prof) -> Verdict:
+    """The number k of uniform checkpointed segments (schedules.uniform(L, k)) that gives the
+    chain profiled in `prof` (ledger.Profile) the least predicted peak of saved bytes. Any k
+    whose peak is within 10% of the least counts: the curve is flat and bumpy near its bottom
+    (segments of unequal length), and the estimate sqrt(L a / x) ignores the head."""
+    L = prof.n_blocks
+    peaks = {k: schedules.uniform(L, k).predict(prof).peak_bytes for k in range(1, L + 1)}
+    best = min(peaks, key=peaks.get)
+    if _unanswered(answer):
+        return Verdict(NOT_YET)
+    got, bad = _number(answer, "k")
+    if bad:
+        return bad
+    if got != int(got) or not 1 <= got <= L:
+        return _wrong(f"k is a whole number of segments from 1 to L = {L}; you gave {answer!r}")
+    k = int(got)
+    if peaks[k] <= 1.10 * peaks[best]:
+        return _right()
+    side = ("more segments: each recompute holds L / k blocks' activations at once" if k < best
+            else "fewer segments: each one holds its input until the backward reaches it")
+    return _wrong(f"k = {k} peaks at {peaks[k] / peaks[best]:.2f}x the least; try {side}")
+
+
+def checkpoint_flops_ratio(answer, prof) -> Verdict:
+    """Hardware FLOPs / model FLOPs (= HFU / MFU) of one training step of the chain profiled in
+    `prof` under the sqrt schedule (every block checkpointed once)."""
+    pred = schedules.sqrt(prof.n_blocks).predict(prof)
+    return _close(answer, pred.hardware_flops / pred.model_flops, "the ratio", 0.01, hints=[
+        (2.0, "the recompute is one more forward per block, not a forward and a backward"),
+        (1.5, "a backward costs about twice a forward, so a step is about three forwards"),
+    ], hint="hardware = model + one extra forward of the blocks; backward ~ 2 x forward")
+
+
+# ---- lab 08: schedules and budgets ----------------------------------------------------------
+def _schedule(answer, L, prof):
+    """(Schedule, None) from a spec string, a Schedule or a plan list; else (None, Verdict)."""
+    try:
+        if isinstance(answer, str):
+            if answer.strip().startswith("optimal"):
+                return None, _wrong("optimal(...) is the DP's own answer: build a schedule "
+                                    "yourself (a spec like every(2), or a plan list)")
+            return schedules.make(answer, L, prof), None
+        if isinstance(answer, schedules.Schedule):
+            if answer.name.startswith("optimal"):
+                return None, _wrong("that is the DP's own answer: build a schedule yourself")
+            return answer, None
+        if isinstance(answer, list):
+            return schedules.Schedule("yours", answer), None
+    except (TypeError, ValueError) as e:
+        return None, _wrong(f"the schedule cannot be built: {e}")
+    return None, _wrong(f"give a spec string, a Schedule or a plan list; you gave "
+                        f"{type(answer).__name__}")
+
+
+def schedule_for_budget(answer, prof, fraction: float = 0.4) -> Verdict:
+    """A schedule (spec, Schedule or plan; not optimal(...)) whose predicted peak of saved
+    bytes fits `fraction` of the no-checkpointing peak and which recomputes fewer FLOPs than
+    the sqrt schedule."""
+    if _unanswered(answer):
+        return Verdict(NOT_YET)
+    L = prof.n_blocks
+    budget = fraction * schedules.none(L).predict(prof).peak_bytes
+    sqrt = schedules.sqrt(L).predict(prof)
+    sched, bad = _schedule(answer, L, prof)
+    if bad:
+        return bad
+    try:
+        pred = sched.predict(prof)
+    except (TypeError, ValueError) as e:
+        return _wrong(f"the schedule cannot be run on this chain: {e}")
+    if pred.peak_bytes > budget:
+        return _wrong(f"its peak is {pred.peak_bytes:,} bytes, over the budget of {budget:,.0f}")
+    if pred.recompute_flops >= sqrt.recompute_flops:
+        return _wrong(f"it fits, but recomputes {pred.recompute_flops:,} FLOPs, no fewer than "
+                      f"sqrt's {sqrt.recompute_flops:,}: keep the last blocks' activations "
+                      "(freed first in the backward) and checkpoint the rest")
+    return _right()
+
+
+def korthikanti_bytes(answer, s: int, b: int, h: int, a: int) -> Verdict:
+    """Bytes of activations one transformer layer holds for its backward with no recompute
+    (Korthikanti et al. 2022, 16-bit): sequence s, micro-batch b, hidden h, a heads."""
+    want = at_scale.layer_activation_bytes(s, b, h, a, "none")
+    return _exact(answer, want, "the byte count", hints=[
+        (at_scale.layer_activation_bytes(s, b, h, a, "selective"),
+         "that leaves out the attention core's 5 a s^2 b bytes (QK^T, softmax, dropout)"),
+    ], hint="s b h (34 + 5 a s / h)")
+
+
+def selective_saving(answer, s: int, b: int, h: int, a: int) -> Verdict:
+    """The fraction of one layer's activation bytes that selective recompute (of the attention
+    core) saves against none: 1 - selective / none."""
+    want = 1 - (at_scale.layer_activation_bytes(s, b, h, a, "selective")
+                / at_scale.layer_activation_bytes(s, b, h, a, "none"))
+    return _close(answer, want, "the fraction", 0.01, hints=[
+        (100 * want, "a fraction, not a percentage"),
+    ], hint="the saved part is 5 a s / h out of 34 + 5 a s / h")

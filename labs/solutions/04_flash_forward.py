@@ -1,0 +1,36 @@
+"""Worked solutions of labs/04_flash_forward.ipynb (try the exercises first).
+tests/test_exercises.py holds them to ckptlab's checkers."""
+
+import numpy as np
+
+BYTES = 4  # fp32
+LANES = 8  # threads per query row in the flash kernels
+SHARED_LIMIT = 48 * 1024  # static shared memory per block
+
+
+# Exercise 1. Both states must be brought to the common max m = max(m_a, m_b): the sum l_a was
+# taken of exp(x - m_a), so it becomes l_a exp(m_a - m); likewise l_b. Both exponents are <= 0,
+# and an empty part (m = -inf, l = 0) contributes 0 * exp(-inf) = 0.
+def merge(m_a, l_a, m_b, l_b):
+    m = np.maximum(m_a, m_b)
+    return m, l_a * np.exp(m_a - m) + l_b * np.exp(m_b - m)
+
+
+# Exercise 2. The forward's tiles, padded by one column where rows are read across lanes:
+# Qs[Br][d+1], Ks[Bc][d+1], Vs[Bc][d], Ps[Br][Bc+1], 4 bytes each:
+#   4 (Br (d + 1) + Bc (d + 1) + Bc d + Br (Bc + 1)) <= 49152
+#   Br <= (12288 - Bc (2d + 1)) / (d + Bc + 2) = (12288 - 4112) / 146 = 56.0 at d = 128, Bc = 16
+def flash_tile_rows(d: int, Bc: int) -> int:
+    br = (SHARED_LIMIT // BYTES - Bc * (2 * d + 1)) // (d + Bc + 2)
+    return br - br % LANES
+
+
+answer_2 = flash_tile_rows(128, 16)  # 56
+
+
+# Exercise 3. O (B, H, N, d) and L (B, H, N), fp32: (d + 1) numbers per query row.
+def flash_saved_bytes(B: int, H: int, N: int, d: int) -> int:
+    return BYTES * B * H * N * (d + 1)
+
+
+answer_3 = flash_saved_bytes(64, 16, 1024, 64)  # 272,629,760 bytes = 260 MiB, vs 4 GiB for P

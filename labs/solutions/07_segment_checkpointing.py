@@ -1,0 +1,34 @@
+"""Worked solutions of labs/07_segment_checkpointing.ipynb (try the exercises first).
+tests/test_exercises.py holds them to ckptlab's checkers, on the notebook's own chain."""
+
+from math import sqrt
+
+import numpy as np
+
+from ckptlab import models
+
+L, BATCH, WIDTH, HIDDEN = 32, 16, 32, 128  # the notebook's MLP (hidden = 4 x width)
+F64 = 8  # bytes: the MLP runs in float64
+
+
+def notebook_profile():
+    """The chain the notebook profiles (its bytes depend on the shapes, not on the values)."""
+    mlp = models.MLP(width=WIDTH, layers=L, dropout=0.1, seed=0)
+    gen = np.random.default_rng(0)
+    x, y = gen.standard_normal((BATCH, WIDTH)), gen.integers(0, 8, size=BATCH)
+    return mlp.profile(x, y)
+
+
+# Exercise 1. A block x + dropout(relu(x W1 + b1) W2 + b2) keeps its input x for the first matmul
+# (16 x 32 float64 = 4096 bytes), relu's output for the second (16 x 128 = 16384; relu's own
+# backward uses it too) and dropout's boolean mask (16 x 32 = 512): a = 20992 bytes, x = 4096.
+# Peak(k) ~ k x + (L / k) a is least at k = sqrt(L a / x) = sqrt(32 * 5.125) = 12.8: about 13
+# segments, not sqrt(32) = 6, because a block saves five times its input.
+x_bytes = BATCH * WIDTH * F64
+a_bytes = x_bytes + BATCH * HIDDEN * F64 + BATCH * WIDTH * 1
+answer_1 = round(sqrt(L * a_bytes / x_bytes))  # 13
+
+# Exercise 2. Model FLOPs = forward F + backward B, with B ~ 2 F (each matmul's backward is two
+# matmuls). sqrt recomputes every block's forward once: hardware = 2 F + B, so
+# hardware / model = (2 F + B) / (F + B) = 4 / 3.
+answer_2 = 4 / 3
