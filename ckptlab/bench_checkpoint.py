@@ -61,14 +61,15 @@ class TorchLedger:
     """Saved-tensor bytes of PyTorch's graph, counted by storage like ckptlab.ledger: a pack
     hook acquires, the packed handle's death (when autograd frees it) releases."""
 
-    def __init__(self):
+    def __init__(self, params=()):
         self.bytes, self.peak, self._held = 0, 0, {}
+        self._params = {p.untyped_storage().data_ptr() for p in params}
 
     def pack(self, t):
-        if t.is_leaf and t.requires_grad:  # a parameter: never counted
-            return t
         st = t.untyped_storage()
         key = st.data_ptr()
+        if key in self._params:  # a parameter (or a view of one): never counted
+            return t
         entry = self._held.setdefault(key, [st.nbytes(), 0])
         if entry[1] == 0:
             self.bytes += entry[0]
@@ -136,7 +137,7 @@ def torch_step(m, x, y, sched, prof):
             warnings.filterwarnings("ignore", "None of the inputs have requires_grad")
             _torch_run(stages, plan, inp).backward()
 
-    led = TorchLedger()
+    led = TorchLedger(params.values())
     with torch.autograd.graph.saved_tensors_hooks(led.pack, led.unpack):
         step()
     return step, led.peak
