@@ -132,7 +132,7 @@ def gpt_step(m, tokens, targets):
         h, c["ln2"] = _ln(x, P[f"{i}.ln2.w"], P[f"{i}.ln2.b"])
         c["h2"] = h
         f = h @ P[f"{i}.Wfc"] + P[f"{i}.bfc"]  # (B, N, 4C)
-        t = xp.tanh(GELU_C * (f + 0.044715 * f**3))
+        t = xp.tanh(GELU_C * (f + 0.044715 * f * f * f))
         c["f"], c["gelu"] = f, 0.5 * f * (1.0 + t)
         c["keep_2"] = drop.draw((B, N, C))
         x = x + drop.apply(c["keep_2"], c["gelu"] @ P[f"{i}.Wproj"] + P[f"{i}.bproj"])
@@ -146,7 +146,7 @@ def gpt_step(m, tokens, targets):
         df = _lin_back(drop.apply(c["keep_2"], dx), c["gelu"], P[f"{i}.Wproj"], g,
                        f"{i}.Wproj", f"{i}.bproj")
         f = c["f"]
-        t = xp.tanh(GELU_C * (f + 0.044715 * f**3))
+        t = xp.tanh(GELU_C * (f + 0.044715 * f * f * f))
         df = df * (0.5 * (1.0 + t)
                    + 0.5 * f * (1.0 - t * t) * GELU_C * (1.0 + 3 * 0.044715 * f * f))
         dh = _lin_back(df, c["h2"], P[f"{i}.Wfc"], g, f"{i}.Wfc", f"{i}.bfc")

@@ -321,16 +321,20 @@ def relu(x: Tensor) -> Tensor:
 _GELU_C = math.sqrt(2.0 / math.pi)
 
 
+def _gelu_t(X, xp):
+    """t = tanh(c (x + 0.044715 x^3)); x^3 as x*x*x: NumPy's power() is ~25x slower."""
+    return xp.tanh(_GELU_C * (X + 0.044715 * X * X * X))
+
+
 def gelu(x: Tensor) -> Tensor:
     """GELU, tanh form: y = x/2 (1 + tanh(u)), u = c (x + 0.044715 x^3), c = sqrt(2/pi).
     dy/dx = (1 + t)/2 + x/2 (1 - t^2) c (1 + 3 * 0.044715 x^2). Saves x only (t is recomputed)."""
     xn, X = x.node, x.data
     xp = xp_of(X)
-    y = compute("gelu", lambda: 0.5 * X * (1.0 + xp.tanh(_GELU_C * (X + 0.044715 * X**3))),
-                8 * x.size)
+    y = compute("gelu", lambda: 0.5 * X * (1.0 + _gelu_t(X, xp)), 8 * x.size)
 
     def backward(g):
-        t = xp.tanh(_GELU_C * (X + 0.044715 * X**3))
+        t = _gelu_t(X, xp)
         dydx = 0.5 * (1.0 + t) + 0.5 * X * (1.0 - t * t) * _GELU_C * (1.0 + 3 * 0.044715 * X * X)
         xn.add_grad(g * dydx)
         count(18 * g.size)
