@@ -48,7 +48,9 @@ class Node:
         self.saved = None  # ledger keys of what the closure holds
 
     def add_grad(self, g) -> None:
-        """grad += g (out of place: a grad array is never written after it is handed over)."""
+        """grad += g, out of place: the engine never writes a gradient array after handing it
+        over, so one array may serve as two inputs' gradients (add passes g to both). Treat
+        .grad as read-only: replace it, do not modify it in place."""
         if g.shape != self.shape:
             raise ValueError(f"{self.name}: gradient of shape {g.shape} for a value of shape "
                              f"{self.shape}")

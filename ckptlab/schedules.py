@@ -214,6 +214,17 @@ class Prediction:
             last = kind
         return values, spans
 
+    def plot(self, name: str = "predicted", measured=None, path=None):
+        """Saved bytes over the steps (plots.plot_memory_trace); `measured`, a Ledger of the
+        same run, adds its op-by-op trace as a second line."""
+        from ckptlab import plots
+
+        values, spans = self.timeline()
+        traces = {name: values}
+        if measured is not None:
+            traces["measured (per op)"] = measured.timeline()[0]
+        return plots.plot_memory_trace(traces, spans, path=path)
+
     def describe(self) -> str:
         """Compact: F3 forward with grad, f3 without, R3/r3 the same in a recompute, B3
         backward, +x3/-x3 a checkpoint takes/drops block 3's input."""

@@ -200,8 +200,11 @@ def test_steps_are_inspectable_before_running():
     values, spans = pred.timeline()
     assert max(values) == pred.peak_bytes and [s[2] for s in spans] == \
         ["forward", "recompute", "backward", "recompute", "backward"]
-    fig = plots.plot_memory_trace({"sqrt": values}, spans)
-    assert fig is not None
+    assert plots.plot_memory_trace({"sqrt": values}, spans) is not None
+    model, x, y = mlp_case(layers=4)
+    mprof = model.profile(x, y)
+    led = measure(model, x, y, schedules.sqrt(4))
+    assert schedules.sqrt(4).predict(mprof).plot(measured=led) is not None
 
 
 def test_make_parses_and_refuses():
