@@ -25,8 +25,9 @@ import numpy as np
 
 from ckptlab import bench_attention, check, device, plots, roofline, traffic
 
-# per target: the sweep of N and the (B, H, d) of every run. Emulator: every byte counted, N=512
-# costs ~3 s for both methods on 2 cores. GPU: 16 heads up to N=4096, ~0.2-0.5 TFLOP per
+# per target: the sweep of N and the (B, H, d) of every run. Emulator: every byte counted; N=1024
+# costs ~5 s for both methods on 2 cores, the whole tour ~12 s (~35 s with N=2048, which took
+# 166 s with both cores contended, hence 1024). GPU: 16 heads up to N=4096, ~0.2-0.5 TFLOP per
 # forward + backward (naive holds 3 N x N matrices at once there: 3.2 GB).
 SIZES = {
     "emu": dict(ns=[64, 128, 256, 512, 1024], B=1, H=1, d=64),
