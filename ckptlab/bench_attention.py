@@ -233,7 +233,7 @@ def format_table(rows: list[dict]) -> str:
     short = r0["modeled_device"].split("-")[0]  # "A100-SXM4-80GB" -> "A100"
     time_label = f"modeled ({short})" if r0["target"] == "emu" else "measured"
     w = 26 if r0.get("measured_bytes") else 16  # the HBM column
-    head = (f"{'N':>6} {'method':<10}{'model GFLOP':>12}{'hw GFLOP':>10}{'recompute':>10}"
+    head = (f"{'N':>6} {'method':<10}{'model GFLOP':>12}{'hw GFLOP':>10}{'recompute GFLOP':>16}"
             f"{'HBM (' + src + ')':>{w}}{'saved for bwd':>15}{'time, ' + time_label:>22}"
             f"{'bound':>9}"
             f"{'mem ratio':>11}{'speed-up':>10}")
@@ -245,7 +245,7 @@ def format_table(rows: list[dict]) -> str:
         ratio = f"{r['memory_ratio']:.1f}x" if r.get("memory_ratio") else "-"
         speed = f"{r['speedup']:.2f}x" if r.get("speedup") else "-"
         out.append(f"{r['N']:>6} {r['impl']:<10}{r['model_flops'] / 1e9:>12.4g}"
-                   f"{r['hardware_flops'] / 1e9:>10.4g}{r['recompute_flops'] / 1e9:>10.3g}"
+                   f"{r['hardware_flops'] / 1e9:>10.4g}{r['recompute_flops'] / 1e9:>16.3g}"
                    f"{hbm:>{w}}{fmt_bytes(r['saved_bytes']):>15}{fmt_seconds(r['time_s']):>22}"
                    f"{r['modeled_bound']:>9}{ratio:>11}{speed:>10}")
     shape = f"B={r0['B']} H={r0['H']} d={r0['d']} {'causal' if r0['causal'] else 'non-causal'}"

@@ -173,7 +173,7 @@ def sweep_notes(rows: list[dict]) -> str:
     counted = all(r["hbm_bytes"] == r["modeled_bytes"] for r in rows)
     lines = [
         f"at N={big}: flash does {f['hardware_flops'] / n['hardware_flops']:.2f}x the FLOPs "
-        f"(recompute {bench_attention.fmt_bytes(f['recompute_flops']).replace('B', 'FLOP')}) "
+        f"(recompute: {f['recompute_flops'] / 1e6:.1f} MFLOP) "
         f"and moves {n['hbm_bytes'] / f['hbm_bytes']:.1f}x fewer bytes; it keeps "
         f"{f['memory_ratio']:.1f}x less for the backward and is {f['speedup']:.2f}x faster",
         f"arithmetic intensity (FLOP/byte): naive {i_n:.2f}, flash {i_f:.2f}; the "
