@@ -261,3 +261,34 @@ def test_device_module_is_cached_per_process():
     with device.use("emu"):
         assert device.load("sgemm_tiled.cu") is device.load("sgemm_tiled.cu")
         assert device.xp() is np
+
+
+def test_shuffled_block_order_runs_every_block_once(features):
+    out = np.full(6 * 4 * 2 * 8, -1, np.int32)
+    with emu.settings(block_order="shuffled"):
+        features.get_function("where_am_i")((6, 4, 2), (8,), (out,))
+    b, t = np.divmod(np.arange(out.size), 8)
+    assert np.array_equal(out, b * 10000 + t)
+
+
+def test_shuffled_block_order_shows_atomic_nondeterminism(features):
+    """One float accumulated by atomicAdd from many blocks: the order of the additions decides
+    the rounding. Serial order gives the same bits every run; shuffled orders (as a GPU's
+    scheduler may produce) give different bits, and a fixed block_seed repeats one order."""
+    x = (np.random.default_rng(1).standard_normal(64 * 64) * 1e3).astype(np.float32)
+    f = features.get_function("atomics")
+
+    def total(**kw):
+        s = np.zeros(1, np.float32)
+        with emu.settings(**kw):
+            f((64,), (64,), (x, s, np.zeros(4, np.int32), np.zeros(1, np.int32),
+                             np.int32(x.size)))
+        return s[0]
+
+    serial = {total() for _ in range(3)}
+    shuffled = {total(block_order="shuffled") for _ in range(8)}
+    seeded = {total(block_order="shuffled", block_seed=7) for _ in range(3)}
+    assert len(serial) == 1 and len(seeded) == 1
+    assert len(shuffled) > 1  # 8 random orders of 64 blocks: equal sums would be a fluke
+    exact = x.astype(np.float64).sum()
+    assert all(abs(v - exact) < 1e-3 * np.abs(x).sum() for v in shuffled)

@@ -7,6 +7,10 @@
                 the last __syncthreads (on by default; counted mode only).
     stack_kib   stack size of each emulated thread (fiber), in KiB (default 64).
     watchdog_s  a launch running longer than this is stopped with an EmuError (default 120).
+    block_order "serial" (default: blockIdx.x fastest, deterministic) or "shuffled": blocks in a
+                random order, new each launch, as a GPU promises no order; atomics then sum in
+                different orders and show their run-to-run differences.
+    block_seed  with "shuffled": a fixed seed (int) for a reproducible order; None = fresh.
 
 Set them for the process with configure(...), or for a block with `with settings(...)`. The
 environment can preset them: CKPTLAB_EMU_MODE, CKPTLAB_EMU_RACE_CHECK=0|1,
@@ -26,6 +30,8 @@ class Settings:
     race_check: bool = True
     stack_kib: int = 64
     watchdog_s: float = 120.0
+    block_order: str = "serial"
+    block_seed: int | None = None
 
 
 def _from_env() -> Settings:
@@ -45,6 +51,8 @@ def _checked(s: Settings) -> Settings:
         raise ValueError(f"emulator mode must be 'counted' or 'fast', got {s.mode!r}")
     if not 8 <= s.stack_kib <= 64 * 1024:
         raise ValueError(f"stack_kib must be in [8, 65536] KiB, got {s.stack_kib}")
+    if s.block_order not in ("serial", "shuffled"):
+        raise ValueError(f"block_order must be 'serial' or 'shuffled', got {s.block_order!r}")
     if not s.watchdog_s > 0:
         raise ValueError(f"watchdog_s must be > 0 seconds, got {s.watchdog_s}")
     return s
@@ -57,12 +65,14 @@ def current() -> Settings:
     return _current
 
 
-def configure(*, mode=None, race_check=None, stack_kib=None, watchdog_s=None) -> Settings:
+def configure(*, mode=None, race_check=None, stack_kib=None, watchdog_s=None,
+              block_order=None, block_seed=None) -> Settings:
     """Change the process-wide settings; returns the previous ones."""
     global _current
     previous = _current
     changes = {k: v for k, v in dict(mode=mode, race_check=race_check, stack_kib=stack_kib,
-                                     watchdog_s=watchdog_s).items() if v is not None}
+                                     watchdog_s=watchdog_s, block_order=block_order,
+                                     block_seed=block_seed).items() if v is not None}
     _current = _checked(replace(_current, **changes))
     return previous
 

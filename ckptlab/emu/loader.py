@@ -8,6 +8,7 @@ array for a written pointer, all raise EmuArgumentError with the parameter's nam
 from __future__ import annotations
 
 import ctypes
+import random
 import re
 import threading
 import time
@@ -37,6 +38,12 @@ VECTOR_BYTES = {"float2": 8, "float4": 16, "int2": 8, "int4": 16, "uint2": 8, "u
 FAULT_NAMES = {1: "barrier", 2: "warp", 3: "access", 4: "race", 5: "stack", 6: "signal",
                7: "watchdog", 8: "interrupt", 9: "trap", 10: "config"}
 _LAUNCH_LOCK = threading.Lock()  # one launch at a time per process (signals are global)
+_seeds = random.Random()  # block orders of shuffled launches: a fresh order each launch
+
+
+def _next_seed() -> int:
+    seed = config.current().block_seed
+    return _seeds.getrandbits(64) if seed is None else seed
 
 
 class EmuArgumentError(EmuError, TypeError):
@@ -50,8 +57,8 @@ class _Buf(ctypes.Structure):
 
 class _Config(ctypes.Structure):
     _fields_ = [("counted", ctypes.c_int32), ("race_check", ctypes.c_int32),
-                ("stack_kib", ctypes.c_int32), ("pad", ctypes.c_int32),
-                ("watchdog_s", ctypes.c_double)]
+                ("stack_kib", ctypes.c_int32), ("shuffle_blocks", ctypes.c_int32),
+                ("watchdog_s", ctypes.c_double), ("seed", ctypes.c_uint64)]
 
 
 class _Counters(ctypes.Structure):
@@ -274,8 +281,9 @@ class Kernel:
         ptrs, keep, cbufs, nbuf = self._pack(args)
         s = config.current()
         lib, path = self.module._library(s.mode)
-        cfg = _Config(int(s.mode == "counted"), int(s.race_check), int(s.stack_kib), 0,
-                      float(s.watchdog_s))
+        cfg = _Config(int(s.mode == "counted"), int(s.race_check), int(s.stack_kib),
+                      int(s.block_order == "shuffled"), float(s.watchdog_s),
+                      _next_seed() if s.block_order == "shuffled" else 0)
         counters = _Counters()
         launcher = ctypes.cast(getattr(lib, f"emu_launch_{self.index}"), ctypes.c_void_p)
         with _LAUNCH_LOCK:

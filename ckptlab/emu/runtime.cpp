@@ -40,7 +40,11 @@ enum FaultKind {
 enum { OP_SYNCWARP = 7 };
 
 struct Buf { uint64_t lo, size; int32_t arg, pad; };  // one kernel-argument buffer (Python)
-struct Config { int32_t counted, race_check, stack_kib, pad; double watchdog_s; };
+struct Config {
+    int32_t counted, race_check, stack_kib, shuffle_blocks;
+    double watchdog_s;
+    uint64_t seed;  // of the block order when shuffle_blocks
+};
 struct Counters {
     uint64_t read[kMaxArgs], write[kMaxArgs], atomic_ops[kMaxArgs], atomic_bytes[kMaxArgs];
     uint64_t shared_read, shared_write, shared_atomics, threads, blocks;
@@ -865,18 +869,62 @@ static void remove_signals() {
 }
 
 // ---- the launch -----------------------------------------------------------------------------
+static uint32_t* g_order;  // block order of a shuffled launch (kept between launches)
+static size_t g_order_cap;
+
+static int run_one_block(uint32_t x, uint32_t y, uint32_t z) {
+    emu_builtins.block = uint3{x, y, z};
+    // Poison shared memory (0xFF bytes read as NaN): reading it before writing shows.
+    if (g_sh_size) memset(reinterpret_cast<void*>(g_sh_lo), 0xFF, g_sh_size);
+    if (g_dyn_size) memset(emu_dynamic_shared, 0xFF, g_dyn_size);
+    if (!run_block()) return g_fault.kind;
+    g_cnt.threads += static_cast<uint64_t>(g_nthreads);
+    ++g_cnt.blocks;
+    return 0;
+}
+
+static uint64_t splitmix64(uint64_t& state) {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
 static int run_grid(const uint32_t* grid) {
-    for (uint32_t z = 0; z < grid[2]; ++z)
-        for (uint32_t y = 0; y < grid[1]; ++y)
-            for (uint32_t x = 0; x < grid[0]; ++x) {
-                emu_builtins.block = uint3{x, y, z};
-                // Poison shared memory (0xFF bytes read as NaN): reading it before writing shows.
-                if (g_sh_size) memset(reinterpret_cast<void*>(g_sh_lo), 0xFF, g_sh_size);
-                if (g_dyn_size) memset(emu_dynamic_shared, 0xFF, g_dyn_size);
-                if (!run_block()) return g_fault.kind;
-                g_cnt.threads += static_cast<uint64_t>(g_nthreads);
-                ++g_cnt.blocks;
-            }
+    const uint64_t n = uint64_t(grid[0]) * grid[1] * grid[2];
+    if (!g_cfg.shuffle_blocks) {  // blockIdx.x fastest, as a GPU numbers them
+        for (uint32_t z = 0; z < grid[2]; ++z)
+            for (uint32_t y = 0; y < grid[1]; ++y)
+                for (uint32_t x = 0; x < grid[0]; ++x)
+                    if (int rc = run_one_block(x, y, z)) return rc;
+        return 0;
+    }
+    // A GPU runs blocks in no promised order: a shuffled order shows what depends on it
+    // (atomicAdd into one float sums in a different order: different rounding, run to run).
+    if (n > (1u << 26)) {
+        set_fault(F_CONFIG, nullptr, nullptr, 0, "shuffled block order: at most %u blocks",
+                  1u << 26);
+        return F_CONFIG;
+    }
+    if (n > g_order_cap) {
+        free(g_order);
+        g_order = static_cast<uint32_t*>(malloc(n * sizeof(uint32_t)));
+        g_order_cap = g_order ? n : 0;
+        if (!g_order) return F_CONFIG;
+    }
+    for (uint64_t i = 0; i < n; ++i) g_order[i] = static_cast<uint32_t>(i);
+    uint64_t state = g_cfg.seed;
+    for (uint64_t i = n - 1; i > 0; --i) {  // Fisher-Yates
+        uint64_t j = splitmix64(state) % (i + 1);
+        uint32_t tmp = g_order[i];
+        g_order[i] = g_order[j];
+        g_order[j] = tmp;
+    }
+    for (uint64_t i = 0; i < n; ++i) {
+        const uint32_t b = g_order[i];
+        if (int rc = run_one_block(b % grid[0], b / grid[0] % grid[1], b / grid[0] / grid[1]))
+            return rc;
+    }
     return 0;
 }
 
