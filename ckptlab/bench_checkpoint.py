@@ -3,13 +3,16 @@ backward) per measurement.
 
 Per schedule: the predicted and the measured peak of saved-activation bytes (the ledger, exact),
 the allocator's peak (tracemalloc / CuPy pool: gradients and temporaries too), the step time
-(median), model and hardware FLOPs (hardware = model + recompute) and achieved FLOP/s. Two
+(median of repeats interleaved with the references), model and hardware FLOPs (hardware = model
++ recompute) and achieved FLOP/s. Two
 references: the same NumPy work written by hand without the engine (bench_hand: forward and
 backward, no checkpointing), for the engine's overhead; and PyTorch with torch.utils.checkpoint
 on the same model and plan (CPU, reentrant), its saved tensors counted through
 saved_tensors_hooks the same way.
 
-    python -m ckptlab bench checkpoint --model mlp --layers 64 --schedule none,sqrt,revolve(4)
+    python -m ckptlab bench checkpoint --model mlp --layers 64 --schedule "none,sqrt,revolve(4)"
+
+On a shared machine, OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 gives steadier times.
 """
 
 from __future__ import annotations
