@@ -31,6 +31,8 @@ from ckptlab.schedules_dp import optimal_plan, revolve_cost, revolve_plan
 
 @dataclass
 class Schedule:
+    """A named plan over blocks 0..L-1; predict(profile) says what it will hold and redo."""
+
     name: str
     plan: list  # over blocks 0..L-1
 
@@ -166,17 +168,23 @@ def make(spec: str, L: int | None = None, prof=None) -> Schedule:
     if name in ("none", "sqrt") and not arg:
         return none(L) if name == "none" else sqrt(L)
     if name in ("every", "uniform", "revolve") and arg and arg.isdigit():
-        return {"every": every, "uniform": lambda a, n: uniform(n, a), "revolve": revolve}[name](
-            int(arg), L)
+        k = int(arg)
+        if name == "every":
+            return every(k, L)
+        return uniform(L, k) if name == "uniform" else revolve(k, L)
     if name == "selective" and arg:
         return selective(arg, L)
     if name in ("chen_greedy", "optimal") and arg:
         if prof is None:
             raise ValueError(f"schedule {spec!r} needs a profile (ledger.profile) of the chain")
-        if arg.endswith("%"):
-            budget = float(arg[:-1]) / 100 * none(L).predict(prof).peak_bytes
-        else:
-            budget = float(arg)
+        try:
+            if arg.endswith("%"):  # of the peak with no checkpointing
+                budget = float(arg[:-1]) / 100 * none(L).predict(prof).peak_bytes
+            else:
+                budget = float(arg)
+        except ValueError:
+            raise ValueError(f"schedule {spec!r}: expected a budget in bytes or a percentage, "
+                             f"got {arg!r}") from None
         return chen_greedy(budget, prof) if name == "chen_greedy" else optimal(budget, prof)
     raise ValueError(f"schedule: unknown or incomplete spec {spec!r}")
 
