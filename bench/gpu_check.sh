@@ -62,8 +62,8 @@ fi
 
 step pytest_gpu 110 "$PY" -m pytest -m gpu -q -rs -p no:cacheprovider \
   --junitxml="$OUT_DIR/pytest_gpu.xml"
-step tour 140 "$PY" -m ckptlab --device cuda tour --out "$OUT_DIR/tour"
-step fig2 100 "$PY" -m ckptlab --device cuda fig2 --out "$OUT_DIR/fig2"
+step tour 110 "$PY" -m ckptlab --device cuda tour --out "$OUT_DIR/tour"
+step fig2 130 "$PY" -m ckptlab --device cuda fig2 --out "$OUT_DIR/fig2"
 if command -v ncu > /dev/null; then
   step ncu_bytes 70 "$PY" -m ckptlab --device cuda bench attention --n 256,1024 \
     --batch 2 --heads 16 --repeats 5 --ncu --csv "$OUT_DIR/ncu_bytes.csv" \
