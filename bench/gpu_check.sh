@@ -4,7 +4,9 @@
 #   2. python -m ckptlab --device cuda tour       the main job at GPU sizes (CUDA-event times)
 #   3. python -m ckptlab --device cuda fig2       the FlashAttention Fig. 2 table at full size
 #   4. bench attention --ncu                      measured DRAM bytes (only if ncu is on the PATH)
-# Every log, CSV and PNG goes under one folder: $1, else $OUT, else ./gpu-results.
+# Every log, CSV and PNG goes under one folder: $1, else ./gpu-results. When $OUT is set (the
+# workplace's device tool, which brings back at most 8 files), that folder is also packed into
+# $OUT/gpu-results.tar.gz, next to copies of summary.txt and environment.txt.
 #
 # Nothing is downloaded or installed: it needs a Python with numpy, a CUDA build of CuPy (any
 # cupy-cuda1Xx), matplotlib, tqdm and pytest, and imports ckptlab from this checkout through
@@ -16,7 +18,7 @@ set -uo pipefail
 
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
-OUT_DIR=${1:-${OUT:-./gpu-results}}
+OUT_DIR=${1:-./gpu-results}
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 PY=${PYTHON:-python3}
@@ -29,6 +31,15 @@ failed=0
 T0=$(date +%s)
 
 note() { echo "$*" | tee -a "$SUMMARY"; }
+
+# finish STATUS: pack the results for the device tool when $OUT is set, then exit.
+finish() {
+  if [ -n "${OUT:-}" ] && [ -d "$OUT" ] && [ "$(cd "$OUT" && pwd)" != "$OUT_DIR" ]; then
+    tar -czf "$OUT/gpu-results.tar.gz" -C "$(dirname "$OUT_DIR")" "$(basename "$OUT_DIR")"
+    cp "$SUMMARY" "$OUT_DIR/environment.txt" "$OUT/"
+  fi
+  exit "$1"
+}
 
 # step NAME SECONDS CMD...: run CMD under a time limit, log to $OUT_DIR/NAME.log, show its tail.
 step() {
@@ -57,7 +68,7 @@ numpy.__version__, '| cupy', cupy.__version__, '| cuda available:', cupy.cuda.is
 cat "$OUT_DIR/environment.txt"
 if ! "$PY" -c "import cupy, sys; sys.exit(0 if cupy.cuda.is_available() else 1)" 2>/dev/null; then
   note "gpu_check: CuPy is missing or sees no GPU with $PY (see $OUT_DIR/environment.txt)"
-  exit 2
+  finish 2
 fi
 
 step pytest_gpu 110 "$PY" -m pytest -m gpu -q -rs -p no:cacheprovider \
@@ -74,4 +85,4 @@ fi
 
 note "gpu_check: $( [ $failed -eq 0 ] && echo 'all steps passed' || echo 'SOME STEPS FAILED' ) in" \
   "$(( $(date +%s) - T0 )) s; results in $OUT_DIR"
-exit $failed
+finish $failed
