@@ -110,12 +110,7 @@ def main(argv=None) -> int:
             if name is not None:
                 device.use(name)
             module_name, args = resolve(rest)
-            try:
-                module = importlib.import_module(module_name)
-            except ModuleNotFoundError as e:
-                if e.name != module_name:
-                    raise
-                raise UsageError(f"{PROG}: {module_name} is not in this checkout yet") from None
+            module = importlib.import_module(module_name)
             device.target()  # a bad CKPTLAB_DEVICE fails here, before any work
             return int(module.main(args) or 0)
     except (UsageError, device.DeviceError, TooBig) as e:
