@@ -185,7 +185,10 @@ def make(spec: str, L: int | None = None, prof=None) -> Schedule:
         except ValueError:
             raise ValueError(f"schedule {spec!r}: expected a budget in bytes or a percentage, "
                              f"got {arg!r}") from None
-        return chen_greedy(budget, prof) if name == "chen_greedy" else optimal(budget, prof)
+        sched = chen_greedy(budget, prof) if name == "chen_greedy" else optimal(budget, prof)
+        if arg.endswith("%"):  # keep the name the user chose: "optimal(40%)", not its bytes
+            sched = Schedule(f"{name}({arg})", sched.plan)
+        return sched
     raise ValueError(f"schedule: unknown or incomplete spec {spec!r}")
 
 
