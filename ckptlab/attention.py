@@ -205,6 +205,19 @@ def template_name(name: str, *args) -> str:
     return f"{name}<{', '.join(str(a).lower() for a in args)}>"
 
 
+def instantiations(filename: str) -> list[str]:
+    """The template instantiations the wrappers launch by default from a kernel file (every
+    head dim with its default tiles; for the backward both dQ modes): what CuPy/the emulator
+    compile as name_expressions, and what `python -m ckptlab kernels` reports."""
+    if filename == "attn_flash_fwd.cu":
+        return [template_name("attn_flash_fwd", d, *FWD_TILES[d]) for d in HEAD_DIMS]
+    if filename == "attn_flash_bwd.cu":
+        dkdv = [template_name("attn_flash_bwd_dkdv", d, *BWD_TILES[d], atomic)
+                for d in HEAD_DIMS for atomic in (True, False)]
+        return dkdv + [template_name("attn_flash_bwd_dq", d, *BWD_TILES[d]) for d in HEAD_DIMS]
+    return []
+
+
 def _flash_module(filename: str, wanted: tuple, defaults: list):
     """Load a templated kernel file once with every default instantiation (one compile for all
     head dims), or with just the `wanted` ones when they are not defaults (custom tiles)."""
@@ -222,7 +235,7 @@ def flash_forward(q, k, v, causal=False, scale=None, dropout_p=0.0, seed=0, offs
     O = _poisoned((B, H, Nq, d))  # (B, H, Nq, d)
     L = _poisoned((B, H, Nq))  # (B, H, Nq)
     name = template_name("attn_flash_fwd", d, Br, Bc)
-    defaults = [template_name("attn_flash_fwd", dd, *FWD_TILES[dd]) for dd in HEAD_DIMS]
+    defaults = instantiations("attn_flash_fwd.cu")
     kernel = _flash_module("attn_flash_fwd.cu", (name,), defaults).get_function(name)
     kernel((ceil_div(Nq, Br), B * H), (LANES, Br),
            (q, k, v, O, L, np.int32(Nq), np.int32(Nk), np.float32(scale), np.int32(causal),
@@ -248,9 +261,7 @@ def flash_backward(dO, q, k, v, saved, deterministic=False, *, tiles=None):
     atomic = not deterministic
     dkdv = template_name("attn_flash_bwd_dkdv", d, Br, Bc, atomic)
     dq = template_name("attn_flash_bwd_dq", d, Br, Bc)
-    defaults = [template_name("attn_flash_bwd_dkdv", dd, *BWD_TILES[dd], a)
-                for dd in HEAD_DIMS for a in (True, False)]
-    defaults += [template_name("attn_flash_bwd_dq", dd, *BWD_TILES[dd]) for dd in HEAD_DIMS]
+    defaults = instantiations("attn_flash_bwd.cu")
     mod = _flash_module("attn_flash_bwd.cu", (dkdv, dq) if deterministic else (dkdv,), defaults)
     rows = B * H * Nq
     mod.get_function("attn_flash_bwd_preprocess")(

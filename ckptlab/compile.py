@@ -148,11 +148,14 @@ def _ok(module, err, call):
         raise RuntimeError(f"{call} returned {err}")
 
 
-def _compile_cuda_bindings(nvrtc, source, name, options):
+def _compile_cuda_bindings(nvrtc, source, name, options, expressions=()):
     """NVIDIA's cuda.bindings: every call returns (nvrtcResult, values...)."""
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
     _ok(nvrtc, err, "nvrtcCreateProgram")
     try:
+        for expr in expressions:  # template instantiations to compile (as CuPy does)
+            (err,) = nvrtc.nvrtcAddNameExpression(prog, expr.encode())
+            _ok(nvrtc, err, "nvrtcAddNameExpression")
         opts = [o.encode() for o in options]
         (result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         err, size = nvrtc.nvrtcGetProgramLogSize(prog)
@@ -166,10 +169,12 @@ def _compile_cuda_bindings(nvrtc, source, name, options):
         nvrtc.nvrtcDestroyProgram(prog)
 
 
-def _compile_cupy(nvrtc, source, name, options):
+def _compile_cupy(nvrtc, source, name, options, expressions=()):
     """CuPy's binding: compileProgram raises NVRTCError, the log is still there to read."""
     prog = nvrtc.createProgram(source, name, [], [])
     try:
+        for expr in expressions:
+            nvrtc.addNameExpression(prog, expr)
         try:
             nvrtc.compileProgram(prog, list(options))
             ok = True
@@ -241,16 +246,24 @@ def _pick_backend(backend):
     return backend
 
 
-def compile_file(path, arch: str = "sm_90", backend: str | None = None) -> list[dict]:
+def compile_file(path, arch: str = "sm_90", backend: str | None = None,
+                 instantiations=None) -> list[dict]:
     """Compile one .cu file to a cubin for `arch` and return ptxas' records for its functions,
     each with file, kernel (demangled), backend ("nvrtc 12.9 (cuda.bindings.nvrtc)", "nvcc
-    13.0") and compile_s (the whole file's wall time). Raises CompileError with the log."""
+    13.0") and compile_s (the whole file's wall time). Raises CompileError with the log.
+    Template kernels are compiled only when instantiated: `instantiations` (default: the ones
+    ckptlab.attention launches from this file) are added as NVRTC name expressions, or for
+    nvcc taken by address at the end of a copy of the source."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"path: expected an existing .cu file, got {str(path)!r}")
     if not isinstance(arch, str) or not re.fullmatch(r"sm_\d{2,3}[af]?", arch):
         raise ValueError(f"arch: expected a real GPU arch such as 'sm_80' or 'sm_90', got {arch!r}")
     backend = _pick_backend(backend)
+    if instantiations is None:
+        from ckptlab.attention import instantiations as launched
+
+        instantiations = launched(path.name)
     includes = [f"-I{path.resolve().parent}"]
     start = time.perf_counter()
     if backend == "nvrtc":
@@ -258,14 +271,20 @@ def compile_file(path, arch: str = "sm_90", backend: str | None = None) -> list[
         label = f"nvrtc {version} ({binding})"
         includes += [f"-I{d}" for d in _cuda_include_dirs()]
         options = [f"-arch={arch}", "-Xptxas=-v", "-std=c++17", *includes]
-        ok, log = compile_fn(path.read_text(), path.name, options)
+        ok, log = compile_fn(path.read_text(), path.name, options, tuple(instantiations))
     else:
         nvcc = shutil.which("nvcc")
         label = f"nvcc {_nvcc_version(nvcc)}"
         with tempfile.TemporaryDirectory() as tmp:
             flags = "-cubin --resource-usage -Xptxas -v -std=c++17".split()
             out = str(Path(tmp) / "out.cubin")
-            cmd = [nvcc, f"-arch={arch}", *flags, *includes, "-o", out, str(path)]
+            src = path
+            if instantiations:  # host code taking each address makes nvcc instantiate it
+                src = Path(tmp) / path.name
+                refs = ", ".join(f"(void*)&{e}" for e in instantiations)
+                src.write_text(path.read_text() +
+                               f"\nstatic void* const ckptlab_instances[] = {{{refs}}};\n")
+            cmd = [nvcc, f"-arch={arch}", *flags, *includes, "-o", out, str(src)]
             run = subprocess.run(cmd, capture_output=True, text=True)
         ok, log = run.returncode == 0, run.stdout + run.stderr
     seconds = time.perf_counter() - start
@@ -275,8 +294,20 @@ def compile_file(path, arch: str = "sm_90", backend: str | None = None) -> list[
     records = parse_ptxas_log(log, arch)
     names = _demangle([r["symbol"] for r in records])
     for record, name in zip(records, names, strict=True):
-        record.update(file=path.name, kernel=name, backend=label, compile_s=seconds)
+        record.update(file=path.name, kernel=short_name(name), backend=label, compile_s=seconds)
     return records
+
+
+def short_name(name: str) -> str:
+    """'void attn_flash_fwd<64, 64, 32>(float const*, ...)' -> 'attn_flash_fwd<64, 64, 32>'."""
+    name = re.sub(r"^void\s+", "", name)
+    if name.endswith(")"):
+        depth = 0
+        for i in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[i], 0)
+            if depth == 0:
+                return name[:i]
+    return name
 
 
 def _demangle(symbols):
@@ -321,8 +352,10 @@ def report(files=None, arch: str = "sm_90", backend: str | None = None) -> list[
 
 def _source_order(records, source):
     def key(r):
-        m = re.search(rf"\b{re.escape(r['symbol'])}\s*\(", source)  # a mangled name: not found
-        return (r["kind"] != "kernel", m.start() if m else len(source))
+        base = r["kernel"].split("<")[0]  # a template's name, or the extern "C" name
+        m = re.search(rf"\b{re.escape(base)}\s*\(", source)
+        natural = [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", r["kernel"])]
+        return (r["kind"] != "kernel", m.start() if m else len(source), natural)
 
     return sorted(records, key=key)
 
