@@ -27,7 +27,8 @@ SOFTMAX_ROWS = 4  # rows (one warp each) per block of the naive softmax and dS k
 SHARED_LIMIT = 48 * 1024  # static shared memory a block may use without opting in
 MAX_TILE = 1024 // LANES  # a block has Br * LANES (or Bc * LANES) threads, at most 1024
 
-# default (Br, Bc) per head dim: the largest tiles whose shared memory stays within 48 KiB
+# default (Br, Bc) per head dim: power-of-two tiles whose shared memory stays within 48 KiB
+# (with a block of Br * LANES threads, 512 at most, so 128 registers a thread still fit)
 FWD_TILES = {16: (64, 32), 32: (64, 32), 64: (64, 32), 128: (32, 16)}
 BWD_TILES = {16: (32, 32), 32: (32, 32), 64: (32, 32), 128: (16, 16)}
 
@@ -255,6 +256,9 @@ def flash_backward(dO, q, k, v, saved, deterministic=False, *, tiles=None):
     if not isinstance(deterministic, (bool, np.bool_)):
         raise TypeError(f"deterministic must be a bool, got {deterministic!r}")
     Br, Bc = _check_tiles(tiles or BWD_TILES[d], d, flash_bwd_shared_bytes, "backward")
+    if Br > Bc * LANES:  # attn_flash_bwd_dkdv loads L and D with one thread per query row
+        raise ValueError(f"backward tiles (Br, Bc) = ({Br}, {Bc}): Br must be at most "
+                         f"Bc * {LANES} = {Bc * LANES} (the dK/dV block has Bc * {LANES} threads)")
     O, L = saved.tensors["O"], saved.tensors["L"]
     D = _poisoned((B, H, Nq))  # (B, H, Nq): D_i = rowsum(dO_i * O_i), a temporary
     dQ, dK, dV = _poisoned(q.shape), _poisoned(k.shape), _poisoned(v.shape)

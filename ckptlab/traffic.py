@@ -17,7 +17,9 @@ FLOPs: matmul FLOPs only (2 per multiply-add; exp, max and sums are O(Nq Nk), no
                  the naive kernels compute all Nq*Nk pairs; the flash backward adds 2 d per pair
                  to recompute S (FlashAttention's "2.5x forward" backward), and the
                  deterministic dQ kernel 4 d more to recompute S and dO V^T again.
-    recompute    the part of hardware FLOPs that redoes forward work (listed separately).
+    recompute    the part of hardware FLOPs that redoes work already done once: S = Q K^T in the
+                 flash backward, and S and dP = dO V^T again in the deterministic dQ kernel
+                 (listed separately).
 """
 
 from __future__ import annotations

@@ -28,7 +28,9 @@ extern "C" __global__ void softmax_rows(const float* x, float* y, int R, int C) 
     for (int c = lane; c < C; c += WARP) {
         const float v = xr[c];
         const float m_new = fmaxf(m, v);
-        l = l * __expf(m - m_new) + __expf(v - m_new);  // exp(-inf) = 0 on the first element
+        // while every value so far is -inf (a masked prefix), m_new = -inf and exp(-inf - -inf)
+        // would be NaN: nothing has been summed yet, so skip the update
+        if (m_new > -INFINITY) l = l * __expf(m - m_new) + __expf(v - m_new);
         m = m_new;
     }
     for (int offset = WARP / 2; offset > 0; offset /= 2) {  // merge (m, l) across lanes
@@ -40,6 +42,8 @@ extern "C" __global__ void softmax_rows(const float* x, float* y, int R, int C) 
             (m_o == -INFINITY ? 0.0f : l_o * __expf(m_o - m_new));
         m = m_new;
     }
-    const float inv_l = 1.0f / l;
-    for (int c = lane; c < C; c += WARP) y[(size_t)r * C + c] = __expf(xr[c] - m) * inv_l;
+    // a row of only -inf has no softmax: write 0 rather than NaN (as the attention kernels do)
+    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int c = lane; c < C; c += WARP)
+        y[(size_t)r * C + c] = l > 0.0f ? __expf(xr[c] - m) * inv_l : 0.0f;
 }

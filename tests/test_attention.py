@@ -290,6 +290,12 @@ def test_bad_tiles_and_shared_memory_budget():
             attention.flash_forward(**{n: np.zeros((1, 1, 9, 128), np.float32) for n in args},
                                     tiles=(64, 64))
     assert rec.launches == []
+    q = np.zeros((1, 1, 9, 16), np.float32)
+    _, saved = attention.flash_forward(q, q, q)
+    with emu.record() as rec:  # fits shared memory, but the kernel needs Br <= Bc * LANES
+        with pytest.raises(ValueError, match=r"Br must be at most Bc \* 8 = 64"):
+            attention.flash_backward(q, q, q, q, saved, tiles=(128, 8))
+    assert rec.launches == []
 
 
 def test_bad_backward_input():

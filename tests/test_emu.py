@@ -86,6 +86,25 @@ def test_softmax_rows_matches_float64_and_counts_exactly(softmax, R, C):
     assert {n: a.write_bytes for n, a in launch.args.items()} == model.write
 
 
+def test_softmax_rows_with_masked_entries(softmax):
+    """-inf entries (masked scores) anywhere in a row, the first columns included, give 0 there
+    and a proper softmax of the rest; a row of only -inf gives zeros, never NaN."""
+    rng = np.random.default_rng()
+    R, C = 6, 70
+    x = rng.standard_normal((R, C)).astype(np.float32)
+    x[0, 0] = x[1, 5] = -np.inf  # in the first 32 columns: a lane's first value
+    x[2, ::3] = -np.inf
+    x[3, :40] = -np.inf  # a masked prefix longer than a warp
+    x[4, :] = -np.inf
+    y = np.full_like(x, np.nan)
+    softmax((cdiv(R, ROWS_PER_BLOCK),), (32 * ROWS_PER_BLOCK,), (x, y, np.int32(R), np.int32(C)))
+    assert not np.isnan(y).any()
+    x64 = x[[0, 1, 2, 3, 5]].astype(np.float64)
+    e = np.exp(x64 - x64.max(axis=1, keepdims=True))
+    assert rel_err(y[[0, 1, 2, 3, 5]], e / e.sum(axis=1, keepdims=True)) < 1e-5
+    assert (y[4] == 0).all() and (y[np.isneginf(x)] == 0).all()
+
+
 def test_fast_mode_gives_the_same_result_without_counts(sgemm):
     rng = np.random.default_rng()
     A = rng.standard_normal((33, 20), dtype=np.float32)
