@@ -31,13 +31,13 @@ BASE_FLAGS = [
     "-fstack-clash-protection",    # big frames touch the guard page first: a clean overflow
     "-Wno-unused-parameter", "-Wno-unused-variable",
 ]
-# GCC calls __asan_{load,store}{1,2,4,8,16}_noabort before every access; runtime.cpp defines
-# them. No ASan runtime is linked; stack and global redzones are off.
+# GCC calls __tsan_{read,write}{1,2,4,8,16} before every access; runtime.cpp defines them. No
+# TSan runtime is linked. (ThreadSanitizer's instrumentation, not AddressSanitizer's: ASan skips
+# the store of `x[i] += v` after checking the load, so that write would go uncounted.)
 COUNT_FLAGS = [
-    "-fsanitize=kernel-address",
-    "--param", "asan-instrumentation-with-call-threshold=0",
-    "--param", "asan-stack=0",
-    "--param", "asan-globals=0",
+    "-fsanitize=thread",
+    "--param", "tsan-instrument-func-entry-exit=0",
+    "--param", "tsan-distinguish-volatile=0",
 ]
 MODES = ("counted", "fast")
 
@@ -283,8 +283,10 @@ def build_module(code: str, name: str, expressions: list[str], options, mode: st
     return _locked_build(target, build)
 
 
-def source_line(library: Path, pc_offset: int) -> tuple[str | None, int | None]:
-    """File and line of an instruction in a built module (addr2line; None where unavailable)."""
+def source_line(library: Path, pc_offset: int, name: str = "") -> tuple[str | None, int | None]:
+    """File and line of an instruction in a built module (addr2line; None where unavailable).
+    The kernel file is compiled as kernel.cpp under `#line 1 "<name>"`; addr2line sometimes
+    reports the compiled file's name for it, so that name is mapped back to `name`."""
     tool = shutil.which("addr2line")
     if not tool or not pc_offset:
         return None, None
@@ -294,4 +296,5 @@ def source_line(library: Path, pc_offset: int) -> tuple[str | None, int | None]:
     m = re.match(r"(.*):(\d+)", text)
     if not m or m.group(1) == "??":
         return None, None
-    return os.path.basename(m.group(1)), int(m.group(2))
+    file = os.path.basename(m.group(1))
+    return (name or file) if file == "kernel.cpp" else file, int(m.group(2))

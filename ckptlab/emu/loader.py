@@ -316,7 +316,7 @@ class Kernel:
             message = message.replace(f"{{arg{i}}}", repr(n))
         file, line = f.file.decode(errors="replace") or None, f.line or None
         if not line and f.pc:
-            file, line = source_line(library, f.pc)
+            file, line = source_line(library, f.pc, self.module.name)
         block, thread = tuple(f.block), tuple(f.thread) if f.has_thread else None
         where = [f"block {block}"] + ([f"thread {thread}"] if thread else [])
         if line:

@@ -6,7 +6,7 @@
 //   scheduler    releases a __syncthreads when every live thread waits at the same one; a warp
 //                operation completes when every lane of its mask has arrived; anything else
 //                (some threads exited, different barriers, a lane missing) is an error.
-//   hooks        __asan_{load,store}N_noabort: GCC calls them before every memory access of the
+//   hooks        __tsan_{read,write}N: GCC calls them before every memory access of the
 //                kernel file; they classify the address (kernel argument, shared, own stack,
 //                module data), count bytes per argument, and check bounds and shared races.
 //   faults       become an EmuFault the Python side raises as EmuError; the process survives:
@@ -76,12 +76,16 @@ struct Warp {
     unsigned long long val[32], result[32];
     int arg[32], width[32];
 };
-struct Shadow {  // one per 4 bytes of shared memory (see race_check)
-    uint32_t w_epoch, r_epoch;
-    uint16_t w_tid, r_tid, w_wep, r_wep;
-    uint8_t w_bytes, r_bytes;
+struct Shadow {  // race check: one per 4 bytes of shared memory or of a kernel argument
+    uint32_t w_epoch, r_epoch;  // barrier epoch of the last write, of the current readers
+    uint32_t r_other;           // epoch of a read by another block, replaced since (global)
+    uint32_t r_lanes;           // reader lanes, when every reader is in warp r_warp
+    uint32_t w_sync, r_sync;    // __syncwarp id at the write / at the latest read
+    uint16_t w_tid, r_warp;     // the writer; the readers' warp, or kManyWarps
+    uint8_t w_bytes, r_bytes;   // which bytes of the granule were written / read
+    uint8_t w_atomic, pad;      // the write was an atomic (atomic vs atomic never races)
 };
-static constexpr uint16_t kManyReaders = 0xFFFF;
+static constexpr uint16_t kManyWarps = 0xFFFF;
 
 EmuBuiltins emu_builtins;
 char* emu_dynamic_shared;
@@ -96,7 +100,12 @@ static char* g_arena;
 // ---- launch state (globals: a launch is serial and may be abandoned by siglongjmp) ----------
 static Fiber g_fibers[kMaxThreads];
 static Warp g_warps[kMaxThreads / 32];
-static uint16_t g_wepoch[kMaxThreads / 32];
+// __syncwarp bookkeeping for the race check: every completed __syncwarp gets an id, and
+// g_common[w][a][b] is the latest id in which lanes a and b of warp w took part together.
+static uint32_t g_sync_id;
+static uint32_t g_common[kMaxThreads / 32][32][32];
+static uint32_t g_block_first_epoch, g_launch_first_epoch;  // epochs: newer = this block/launch
+static Shadow* g_gshadow[kMaxArgs];  // per argument buffer, fresh each launch (race check)
 static size_t g_stack_size;        // usable bytes per fiber stack
 static int g_nstacks;
 static void* g_sched_sp;
@@ -352,7 +361,7 @@ static bool release_barrier() {
 }
 
 static bool run_block() {
-    ++g_bepoch;
+    g_block_first_epoch = ++g_bepoch;
     for (int t = 0; t < g_nthreads; ++t) {
         Fiber& f = g_fibers[t];
         f.state = READY;
@@ -505,8 +514,14 @@ static unsigned long long warp_op(int op, unsigned mask, unsigned long long bits
         complete_warp(w, base, file, line);
         w.active = false;
         // Only __syncwarp orders the lanes' memory accesses (CUDA documents no ordering for
-        // shuffles or votes), so only it starts a new warp epoch for the race check.
-        if (op == OP_SYNCWARP) ++g_wepoch[t / 32];
+        // shuffles or votes), and only among the lanes of its mask.
+        if (op == OP_SYNCWARP) {
+            ++g_sync_id;
+            for (int a = 0; a < 32; ++a)
+                if ((mask >> a) & 1u)
+                    for (int b = 0; b < 32; ++b)
+                        if ((mask >> b) & 1u) g_common[t / 32][a][b] = g_sync_id;
+        }
         return w.result[lane];
     }
     Fiber* f = g_cur;
@@ -597,45 +612,92 @@ static void describe_address(char* out, size_t n, uintptr_t a, size_t size) {
     abort_fiber();
 }
 
-// Race check. The shadow holds, per 4-byte granule of shared memory, the last writer and the
-// reader(s) in the current barrier epoch, and which bytes of the granule they touched. An
-// access conflicts when another thread touched the same bytes in the same epoch (a write
-// against anything, or a read against a write), unless both threads are in one warp and a
-// warp-level sync (shuffle, vote, __syncwarp) completed in between.
-__attribute__((noinline)) static void race_check(size_t off, size_t size, bool write, void* pc) {
+// Race check. The shadow holds, per 4-byte granule, the last writer and the readers of the
+// current barrier epoch, and which bytes of the granule they touched. Epochs count up through
+// the launch (+1 per block and per released barrier), so an older epoch of this block was
+// ordered by a __syncthreads, and an epoch older than the block's first is another block's.
+// A conflict (write against anything, read against a write, atomic against plain):
+//   shared memory  another thread of the block in the same epoch, unless both lanes of one
+//                  warp took part in a __syncwarp since the earlier access;
+//   global memory  the same, or any other block of this launch: blocks run in no promised
+//                  order (or at once) on a GPU, so only atomics may touch what another writes.
+static bool ordered(int other_tid, uint32_t other_sync) {
+    const int t = g_cur_tid;
+    return other_tid == t || (other_tid / 32 == t / 32 &&
+                              g_common[t / 32][t % 32][other_tid % 32] > other_sync);
+}
+
+static bool readers_ordered(const Shadow& s) {
+    const int t = g_cur_tid;
+    if (s.r_warp == kManyWarps) return false;  // a reader in another warp, no barrier since
+    if (s.r_warp != t / 32) return false;
+    for (int lane = 0; lane < 32; ++lane)  // every reader lane synced with us since its read
+        if (((s.r_lanes >> lane) & 1u) && lane != t % 32 &&
+            !(g_common[t / 32][t % 32][lane] > s.r_sync))
+            return false;
+    return true;
+}
+
+[[noreturn]] static void race(const char* space, size_t byte, int arg, const char* mine,
+                              const char* theirs, int other_tid, bool other_block, void* pc) {
+    char where[64], who[64] = "another thread";
+    if (arg >= 0) snprintf(where, sizeof where, "byte +%zu of argument {arg%d}", byte, arg);
+    else snprintf(where, sizeof where, "shared byte +%zu", byte);
+    if (other_block) {
+        snprintf(who, sizeof who, "another block");
+    } else if (other_tid >= 0) {
+        strcpy(who, "thread ");
+        describe_thread(who + 7, sizeof who - 7, other_tid);
+    }
+    set_fault(F_RACE, pc, nullptr, 0, "%s-memory race: this thread %s %s, which %s %s earlier %s",
+              space, mine, where, who, theirs,
+              other_block ? "in this launch (blocks run in no fixed order on a GPU: use "
+                            "atomics, or give each element one writer)"
+                          : "with no __syncthreads in between");
+    abort_fiber();
+}
+
+// kind: 0 read, 1 write, 2 atomic. arg: the argument index (global memory) or -1 (shared).
+__attribute__((noinline)) static void race_check(Shadow* shadow, size_t off, size_t size,
+                                                 int kind, int arg, void* pc) {
     const uint16_t t = static_cast<uint16_t>(g_cur_tid);
-    const int warp = g_cur_tid / 32;
-    const uint16_t wep = g_wepoch[warp];
-    const uint32_t epoch = g_bepoch;
-    auto ordered = [&](uint16_t other, uint16_t other_wep) {
-        return other == t || (other != kManyReaders && other / 32 == warp && other_wep != wep);
-    };
+    const uint32_t epoch = g_bepoch, mine = g_block_first_epoch;
+    const uint32_t oldest = arg >= 0 ? g_launch_first_epoch : mine;  // older entries: stale
+    const bool write = kind != 0, atomic = kind == 2;
+    const char* space = arg >= 0 ? "global" : "shared";
+    const char* verb = atomic ? "updates atomically" : (write ? "writes" : "reads");
     for (size_t g = off / 4; g <= (off + size - 1) / 4; ++g) {
-        const size_t lo = g * 4 > off ? g * 4 : off, hi = g * 4 + 4 < off + size ? g * 4 + 4 : off + size;
+        const size_t lo = g * 4 > off ? g * 4 : off;
+        const size_t hi = g * 4 + 4 < off + size ? g * 4 + 4 : off + size;
         const uint8_t m = static_cast<uint8_t>(((1u << (hi - lo)) - 1) << (lo - g * 4));
-        Shadow& s = g_shadow[g];
-        const char* prev = nullptr;
-        uint16_t other = 0;
-        if (s.w_epoch == epoch && (s.w_bytes & m) && !ordered(s.w_tid, s.w_wep))
-            prev = "wrote", other = s.w_tid;
-        else if (write && s.r_epoch == epoch && (s.r_bytes & m) && !ordered(s.r_tid, s.r_wep))
-            prev = "read", other = s.r_tid;
-        if (prev) {
-            char who[48] = "another thread";
-            if (other != kManyReaders) describe_thread(who, sizeof who, other);
-            set_fault(F_RACE, pc, nullptr, 0,
-                      "shared-memory race: this thread %s shared byte +%zu, which thread %s %s "
-                      "earlier with no __syncthreads in between",
-                      write ? "writes" : "reads", lo, who, prev);
-            abort_fiber();
+        Shadow& s = shadow[g];
+        if (s.w_epoch >= oldest && (s.w_bytes & m) && !(atomic && s.w_atomic)) {
+            const char* theirs = s.w_atomic ? "updated atomically" : "wrote";
+            if (s.w_epoch < mine) race(space, lo, arg, verb, theirs, -1, true, pc);
+            if (s.w_epoch == epoch && !ordered(s.w_tid, s.w_sync))
+                race(space, lo, arg, verb, theirs, s.w_tid, false, pc);
         }
+        if (write && s.r_epoch >= oldest && (s.r_bytes & m)) {
+            if (s.r_epoch < mine) race(space, lo, arg, verb, "read", -1, true, pc);
+            if (s.r_epoch == epoch && !readers_ordered(s))
+                race(space, lo, arg, verb, "read", s.r_warp == t / 32 && __builtin_popcount(
+                     s.r_lanes) == 1 ? t - t % 32 + __builtin_ctz(s.r_lanes) : -1, false, pc);
+        }
+        if (write && s.r_other >= oldest && s.r_other < mine)
+            race(space, lo, arg, verb, "read", -1, true, pc);
         if (write) {
             if (s.w_epoch == epoch && s.w_tid == t) s.w_bytes |= m;
-            else s.w_epoch = epoch, s.w_tid = t, s.w_wep = wep, s.w_bytes = m;
+            else s.w_epoch = epoch, s.w_tid = t, s.w_bytes = m;
+            s.w_sync = g_sync_id;
+            s.w_atomic = atomic;
         } else if (s.r_epoch != epoch) {
-            s.r_epoch = epoch, s.r_tid = t, s.r_wep = wep, s.r_bytes = m;
+            if (s.r_epoch >= oldest && s.r_epoch < mine) s.r_other = s.r_epoch;
+            s.r_epoch = epoch, s.r_warp = t / 32, s.r_lanes = 1u << (t % 32);
+            s.r_sync = g_sync_id, s.r_bytes = m;
         } else {
-            if (s.r_tid != t) s.r_tid = kManyReaders;
+            if (s.r_warp != t / 32) s.r_warp = kManyWarps;
+            s.r_lanes |= 1u << (t % 32);
+            s.r_sync = g_sync_id;
             s.r_bytes |= m;
         }
     }
@@ -655,6 +717,7 @@ __attribute__((noinline)) static void other_access(uintptr_t a, size_t size, boo
 // The hot path, inlined into every hook: shared memory, then the argument buffers.
 __attribute__((always_inline)) static inline void on_access(uintptr_t a, size_t size, bool write,
                                                             void* pc) {
+    if (!g_cur) return;  // not a kernel thread: the module's own setup (signatures, statics)
     if (a - g_sh_lo < g_sh_size || a - g_dyn_lo < g_dyn_size) {
         bool stat = a - g_sh_lo < g_sh_size;
         size_t off = stat ? a - g_sh_lo : kArena + (a - g_dyn_lo);  // offset in the shadow
@@ -662,16 +725,18 @@ __attribute__((always_inline)) static inline void on_access(uintptr_t a, size_t 
         if (off + size > end) bad_access(a, size, write, pc);
         (write ? g_cnt.shared_write : g_cnt.shared_read) += size;
         if (g_cfg.race_check) {
-            // Fast path: a read of one granule that nobody else wrote in this epoch.
+            // Fast path: a read of one granule that only this warp read, and nobody else
+            // wrote, in this epoch.
             Shadow& sh = g_shadow[off / 4];
-            const uint16_t t = static_cast<uint16_t>(g_cur_tid);
+            const int t = g_cur_tid;
             if (!write && (off & 3) + size <= 4 && sh.r_epoch == g_bepoch &&
-                (sh.w_epoch != g_bepoch || sh.w_tid == t)) {
-                if (sh.r_tid != t) sh.r_tid = kManyReaders;
+                sh.r_warp == t / 32 && (sh.w_epoch != g_bepoch || sh.w_tid == t)) {
+                sh.r_lanes |= 1u << (t % 32);
+                sh.r_sync = g_sync_id;
                 sh.r_bytes |= static_cast<uint8_t>(((1u << size) - 1) << (off & 3));
                 return;
             }
-            race_check(off, size, write, pc);
+            race_check(g_shadow, off, size, write, -1, pc);
         }
         return;
     }
@@ -680,17 +745,28 @@ __attribute__((always_inline)) static inline void on_access(uintptr_t a, size_t 
         if (a - b.lo < b.size) {
             if (a - b.lo + size > b.size) bad_access(a, size, write, pc);
             (write ? g_cnt.write : g_cnt.read)[b.arg] += size;
+            if (g_gshadow[i]) race_check(g_gshadow[i], a - b.lo, size, write, b.arg, pc);
             return;
         }
     }
     other_access(a, size, write, pc);
 }
 
-#define EMU_HOOKS(N)                                                              \
-    extern "C" void __asan_load##N##_noabort(void* p) {                           \
+// GCC's ThreadSanitizer instrumentation (-fsanitize=thread, with no TSan runtime linked) calls
+// these before every load and store of the kernel file. TSan, unlike AddressSanitizer, keeps
+// the store of a read-modify-write (`x[i] += v`: one read and one write); ASan drops a store
+// to an address it just checked, which would lose bytes from the counts and the race check.
+#define EMU_HOOKS(N)                                                                      \
+    extern "C" void __tsan_read##N(void* p) {                                             \
         on_access(reinterpret_cast<uintptr_t>(p), N, false, __builtin_return_address(0)); \
-    }                                                                             \
-    extern "C" void __asan_store##N##_noabort(void* p) {                          \
+    }                                                                                     \
+    extern "C" void __tsan_write##N(void* p) {                                            \
+        on_access(reinterpret_cast<uintptr_t>(p), N, true, __builtin_return_address(0));  \
+    }                                                                                     \
+    extern "C" void __tsan_unaligned_read##N(void* p) {                                   \
+        on_access(reinterpret_cast<uintptr_t>(p), N, false, __builtin_return_address(0)); \
+    }                                                                                     \
+    extern "C" void __tsan_unaligned_write##N(void* p) {                                  \
         on_access(reinterpret_cast<uintptr_t>(p), N, true, __builtin_return_address(0));  \
     }
 EMU_HOOKS(1)
@@ -698,25 +774,35 @@ EMU_HOOKS(2)
 EMU_HOOKS(4)
 EMU_HOOKS(8)
 EMU_HOOKS(16)
-extern "C" void __asan_loadN_noabort(void* p, size_t n) {
+extern "C" void __tsan_read_range(void* p, size_t n) {
     on_access(reinterpret_cast<uintptr_t>(p), n, false, __builtin_return_address(0));
 }
-extern "C" void __asan_storeN_noabort(void* p, size_t n) {
+extern "C" void __tsan_write_range(void* p, size_t n) {
     on_access(reinterpret_cast<uintptr_t>(p), n, true, __builtin_return_address(0));
 }
-extern "C" void __asan_handle_no_return() {}
+extern "C" void __tsan_init() {}
+extern "C" void __tsan_func_entry(void*) {}
+extern "C" void __tsan_func_exit() {}
 
 // ---- atomics: counted here (1 op + its size per argument), not as loads and stores ----------
 static void on_atomic(void* p, size_t size, void* pc) {
     if (!g_cfg.counted) return;
     uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    if (a - g_sh_lo < g_sh_size || a - g_dyn_lo < g_dyn_size) { ++g_cnt.shared_atomics; return; }
+    if (a - g_sh_lo < g_sh_size || a - g_dyn_lo < g_dyn_size) {
+        ++g_cnt.shared_atomics;
+        if (g_cfg.race_check) {
+            bool stat = a - g_sh_lo < g_sh_size;
+            race_check(g_shadow, stat ? a - g_sh_lo : kArena + (a - g_dyn_lo), size, 2, -1, pc);
+        }
+        return;
+    }
     for (int i = 0; i < g_nbuf; ++i) {
         const Buf& b = g_bufs[i];
         if (a - b.lo < b.size) {
             if (a - b.lo + size > b.size) bad_access(a, size, true, pc);
             ++g_cnt.atomic_ops[b.arg];
             g_cnt.atomic_bytes[b.arg] += size;
+            if (g_gshadow[i]) race_check(g_gshadow[i], a - b.lo, size, 2, b.arg, pc);
             return;
         }
     }
@@ -979,7 +1065,11 @@ EMU_API int emu_launch(void (*launcher)(void**), void** args, const uint32_t* gr
         memset(g_shadow, 0, g_shadow_cap * sizeof(Shadow));
         g_bepoch = 0;
     }
-    for (int w = 0; w < kMaxThreads / 32; ++w) g_wepoch[w] = 0;
+    g_launch_first_epoch = g_bepoch + 1;
+    for (int i = 0; i < g_nbuf; ++i) {  // global memory's shadow, one per argument buffer
+        if (g_cfg.race_check && g_cfg.counted)
+            g_gshadow[i] = static_cast<Shadow*>(calloc((bufs[i].size + 3) / 4, sizeof(Shadow)));
+    }
 
     clock_gettime(CLOCK_MONOTONIC, &g_t0);
     g_launch_tid = static_cast<pid_t>(syscall(SYS_gettid));
@@ -994,6 +1084,8 @@ EMU_API int emu_launch(void (*launcher)(void**), void** args, const uint32_t* gr
     g_in_launch = 0;
     g_cur = nullptr;
     remove_signals();
+    for (int i = 0; i < kMaxArgs; ++i) free(g_gshadow[i]), g_gshadow[i] = nullptr;
+    g_nbuf = 0;  // the argument buffers belong to the caller: forget them
     *out = g_cnt;
     return rc;
 }

@@ -4,7 +4,7 @@
 // Execution model (runtime.cpp): every CUDA thread of a block is a fiber on one OS thread;
 // blocks run one after another. __syncthreads and warp operations switch back to a scheduler
 // that releases threads when the whole block (or the warp mask) has arrived. Every load and
-// store in the kernel file is seen by the runtime (GCC's -fsanitize=kernel-address hooks), which
+// store in the kernel file is seen by the runtime (GCC's -fsanitize=thread hooks), which
 // counts global bytes per kernel argument, checks bounds and looks for shared-memory races.
 #pragma once
 
@@ -221,7 +221,7 @@ inline T __ldg(const T* p) { return *p; }
 // Each kernel gets `extern "C" void emu_launch_<i>(void** args)` that unpacks a cuLaunchKernel-
 // style argument array using the kernel's own parameter types, and `emu_sig_<i>`, a string of
 // those types ("const float*,int,float") that Python checks arguments against.
-#define EMU_UNCOUNTED_ __attribute__((no_sanitize_address)) inline
+#define EMU_UNCOUNTED_ __attribute__((no_sanitize_thread, no_sanitize_address)) inline
 template <class T> struct emu_type { static constexpr const char* name = nullptr; };
 #define EMU_TYPE(T, S) template <> struct emu_type<T> { static constexpr const char* name = S; };
 EMU_TYPE(float, "float") EMU_TYPE(double, "double") EMU_TYPE(int, "int")
@@ -278,4 +278,4 @@ EMU_UNCOUNTED_ void emu_invoke(void (*k)(A...), void** args) {
 }
 #define EMU_EXPORT extern "C" __attribute__((visibility("default")))
 // The launchers read the argument array Python built: not kernel memory, so not counted.
-#define EMU_UNCOUNTED __attribute__((no_sanitize_address, noinline))
+#define EMU_UNCOUNTED __attribute__((no_sanitize_thread, no_sanitize_address, noinline))
