@@ -387,3 +387,34 @@ def test_dropping_the_atomic_from_the_flash_backward_is_caught():
             np.int32(0), np.uint64(0), np.uint64(0), np.uint32(0), np.float32(1))
     with pytest.raises(emu.EmuError, match=r"global-memory race: .*argument 'dQ'.*another block"):
         mod.get_function(name)((2, B * H), (attention.LANES, 32), args)
+
+
+SHARED_LIMITS = r"""
+extern "C" __global__ void big_static(float* out) {
+    __shared__ float s[16 * 1024 + 256];                     // 65 KiB: ptxas would refuse it
+    s[threadIdx.x] = 1.0f;
+    out[threadIdx.x] = s[threadIdx.x];
+}
+extern "C" __global__ void static_and_dynamic(float* out) {
+    __shared__ float s[8 * 1024];                            // 32 KiB static
+    extern __shared__ float dyn[];
+    s[threadIdx.x] = 1.0f;
+    dyn[threadIdx.x] = 2.0f;
+    out[threadIdx.x] = s[threadIdx.x] + dyn[threadIdx.x];
+}
+"""
+
+
+def test_shared_memory_over_a_gpus_limits():
+    mod = emu.RawModule(code=SHARED_LIMITS, name="limits.cu")
+    out = np.zeros(32, np.float32)
+    with pytest.raises(emu.EmuError, match=r"shared memory over a GPU's limit: 66560 bytes "
+                                           r"static.*48 KiB of static shared memory"):
+        mod.get_function("big_static")((1,), (32,), (out,))
+    f = mod.get_function("static_and_dynamic")
+    f((1,), (32,), (out,), shared_mem=16 * 1024)  # 32 + 16 KiB: exactly the default limit
+    assert (out == 3).all()
+    with pytest.raises(emu.EmuError, match=r"32768 bytes static \+ 20480 dynamic"):
+        f((1,), (32,), (out,), shared_mem=20 * 1024)
+    f.max_dynamic_shared_size_bytes = 64 * 1024  # opting in, as on a GPU
+    f((1,), (32,), (out,), shared_mem=20 * 1024)

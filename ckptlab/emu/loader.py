@@ -58,7 +58,8 @@ class _Buf(ctypes.Structure):
 class _Config(ctypes.Structure):
     _fields_ = [("counted", ctypes.c_int32), ("race_check", ctypes.c_int32),
                 ("stack_kib", ctypes.c_int32), ("shuffle_blocks", ctypes.c_int32),
-                ("watchdog_s", ctypes.c_double), ("seed", ctypes.c_uint64)]
+                ("watchdog_s", ctypes.c_double), ("seed", ctypes.c_uint64),
+                ("kernel", ctypes.c_int32), ("shared_opt_in", ctypes.c_int32)]
 
 
 class _Counters(ctypes.Structure):
@@ -283,7 +284,8 @@ class Kernel:
         lib, path = self.module._library(s.mode)
         cfg = _Config(int(s.mode == "counted"), int(s.race_check), int(s.stack_kib),
                       int(s.block_order == "shuffled"), float(s.watchdog_s),
-                      _next_seed() if s.block_order == "shuffled" else 0)
+                      _next_seed() if s.block_order == "shuffled" else 0, self.index,
+                      int(self.max_dynamic_shared_size_bytes > DEFAULT_SHARED_LIMIT))
         counters = _Counters()
         launcher = ctypes.cast(getattr(lib, f"emu_launch_{self.index}"), ctypes.c_void_p)
         with _LAUNCH_LOCK:

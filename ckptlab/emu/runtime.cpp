@@ -43,7 +43,9 @@ struct Buf { uint64_t lo, size; int32_t arg, pad; };  // one kernel-argument buf
 struct Config {
     int32_t counted, race_check, stack_kib, shuffle_blocks;
     double watchdog_s;
-    uint64_t seed;  // of the block order when shuffle_blocks
+    uint64_t seed;            // of the block order when shuffle_blocks
+    int32_t kernel;           // which kernel of the module (its static shared memory, below)
+    int32_t shared_opt_in;    // 1 if max_dynamic_shared_size_bytes was raised above 48 KiB
 };
 struct Counters {
     uint64_t read[kMaxArgs], write[kMaxArgs], atomic_ops[kMaxArgs], atomic_bytes[kMaxArgs];
@@ -95,7 +97,9 @@ char* emu_dynamic_shared;
 // is right. (A linker section would be simpler, but GCC ignores section attributes on the
 // static locals of template instantiations.) Dynamic shared memory is a separate buffer.
 static constexpr size_t kArena = 1 << 20;
+static constexpr size_t kMaxKernels = 256;
 static char* g_arena;
+static size_t g_static_by_kernel[kMaxKernels];  // static shared bytes each kernel declared
 
 // ---- launch state (globals: a launch is serial and may be abandoned by siglongjmp) ----------
 static Fiber g_fibers[kMaxThreads];
@@ -280,6 +284,22 @@ extern "C" void* emu_shared_alloc(size_t size, size_t align) {
     }
     memset(g_arena + at, 0xFF, size);  // poisoned, like every block's shared memory
     g_sh_size = at + size;
+    // A GPU's limits, which the first run of each declaration reveals: static shared memory of
+    // at most 48 KiB a kernel, and static + dynamic within 48 KiB unless the kernel opted in
+    // (then the H100's 227 KiB). A device function's __shared__ counts for the first kernel
+    // that runs it.
+    const size_t k = static_cast<size_t>(g_cfg.kernel) % kMaxKernels;
+    g_static_by_kernel[k] += size;
+    const size_t total = g_static_by_kernel[k] + g_dyn_size;
+    const size_t limit = g_cfg.shared_opt_in ? 227 * 1024 : 48 * 1024;
+    if (g_cur && (g_static_by_kernel[k] > 48 * 1024 || total > limit)) {
+        set_fault(F_CONFIG, __builtin_return_address(0), nullptr, 0,
+                  "shared memory over a GPU's limit: %zu bytes static + %zu dynamic; a kernel "
+                  "may have 48 KiB of static shared memory (ptxas refuses more), and static + "
+                  "dynamic within 48 KiB unless max_dynamic_shared_size_bytes is raised",
+                  g_static_by_kernel[k], g_dyn_size);
+        abort_fiber();
+    }
     return g_arena + at;
 }
 
@@ -1053,6 +1073,15 @@ EMU_API int emu_launch(void (*launcher)(void**), void** args, const uint32_t* gr
     }
     g_dyn_lo = reinterpret_cast<uintptr_t>(emu_dynamic_shared);
     g_dyn_size = shared_bytes;
+    const size_t k = static_cast<size_t>(cfg->kernel) % kMaxKernels;
+    if (g_static_by_kernel[k] + shared_bytes > (cfg->shared_opt_in ? 227 : 48) * 1024) {
+        set_fault(F_CONFIG, nullptr, nullptr, 0,
+                  "shared memory over a GPU's limit: %zu bytes static + %llu dynamic (at most "
+                  "48 KiB together unless max_dynamic_shared_size_bytes is raised; 227 KiB "
+                  "then, on an H100)",
+                  g_static_by_kernel[k], (unsigned long long)shared_bytes);
+        return F_CONFIG;
+    }
     size_t shadow = (kArena + g_dyn_size + 3) / 4;  // calloc'd pages stay untouched until used
     if (cfg->race_check && shadow > g_shadow_cap) {
         free(g_shadow);
@@ -1091,4 +1120,7 @@ EMU_API int emu_launch(void (*launcher)(void**), void** args, const uint32_t* gr
 }
 
 EMU_API const Fault* emu_fault() { return &g_fault; }
+EMU_API uint64_t emu_static_shared(int kernel) {
+    return g_static_by_kernel[static_cast<size_t>(kernel) % kMaxKernels];
+}
 EMU_API int emu_abi_version() { return 1; }
