@@ -122,7 +122,9 @@ def run_case(c, xp=np, seed=0):
         grads = attention.flash_backward(dOd, qd, kd, vd, saved, deterministic=deterministic)
         for name, g, t, t32, zb in zip(("dQ", "dK", "dV"), grads, g64, g32, bounds, strict=True):
             check(f"flash {name} (deterministic={deterministic})", g, t, t32, zb)
-    again = attention.flash_backward(dOd, qd, kd, vd, saved, deterministic=True)
+    # Bitwise run to run, whatever order the blocks run in (shuffled, as a GPU may order them).
+    with emu.settings(block_order="shuffled"):
+        again = attention.flash_backward(dOd, qd, kd, vd, saved, deterministic=True)
     for name, a, b in zip(("dQ", "dK", "dV"), grads, again, strict=True):
         assert np.array_equal(device.to_numpy(a), device.to_numpy(b)), f"{name} not bitwise"
     return O, grads
@@ -131,6 +133,23 @@ def run_case(c, xp=np, seed=0):
 @pytest.mark.parametrize("c", CASES, ids=case_id)
 def test_kernels_match_float64_reference(c):
     run_case(c)
+
+
+def test_atomic_dq_depends_on_the_block_order_and_deterministic_does_not():
+    """Nine K/V tiles add into every dQ row. With blocks in random orders the atomic sums
+    round differently (bits differ run to run, values agree); the deterministic kernel's do not."""
+    q, k, v, dO = make_inputs(1, 2, 40, 257, 32, 5)
+    _, saved = attention.flash_forward(q, k, v)
+    runs = {False: [], True: []}
+    for seed in range(6):
+        with emu.settings(block_order="shuffled", block_seed=seed):
+            for det in runs:
+                runs[det].append(attention.flash_backward(dO, q, k, v, saved, det)[0].copy())
+    atomic, deterministic = runs[False], runs[True]
+    assert any(not np.array_equal(atomic[0], a) for a in atomic[1:])
+    assert all(np.allclose(atomic[0], a, rtol=1e-5, atol=1e-6 * np.abs(atomic[0]).max())
+               for a in atomic[1:])
+    assert all(np.array_equal(deterministic[0], a) for a in deterministic[1:])
 
 
 @pytest.mark.parametrize("c", [CASES[7], CASES[11]], ids=case_id)
