@@ -14,6 +14,7 @@ write shows up. The kernels and their math: kernels/attn_*.cu.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -142,9 +143,26 @@ def _dropout_args(p: float, seed: int, offset: int) -> tuple:
             np.float32(1.0 / (1.0 - p)))
 
 
+_poison = True  # see unpoisoned()
+
+
+@contextlib.contextmanager
+def unpoisoned():
+    """Inside the block, outputs are allocated uninitialised instead of NaN-filled: for timing
+    on a GPU, where the fill (4 N^2 floats for the naive path) would be measured as kernel
+    time. Tests and checks keep the poison, so an unwritten element cannot pass."""
+    global _poison
+    previous, _poison = _poison, False
+    try:
+        yield
+    finally:
+        _poison = previous
+
+
 def _poisoned(shape):
     """A new fp32 array of the target filled with NaN: an unwritten element can't pass."""
-    return device.xp().full(shape, np.nan, dtype=np.float32)
+    xp = device.xp()
+    return xp.full(shape, np.nan, dtype=np.float32) if _poison else xp.empty(shape, np.float32)
 
 
 def ceil_div(n: int, tile: int) -> int:
