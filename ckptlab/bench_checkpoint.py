@@ -211,7 +211,7 @@ def run(model: str = "mlp", layers: int = 64, schedule_specs=None, width: int = 
 
 
 def _fmt_bytes(n) -> str:
-    return "-" if n is None else f"{n / 2**20:8.3f} MiB"
+    return f"{'-':>12}" if n is None else f"{n / 2**20:8.3f} MiB"
 
 
 def table(rows) -> str:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ckptlab.attention import BWD_TILES, FWD_TILES, NAIVE_TILE, template_name
+from ckptlab.attention import BWD_TILES, FWD_TILES, NAIVE_TILE, ceil_div, template_name
 
 BYTES = 4  # fp32
 
@@ -68,10 +68,6 @@ def _kernel(name, read, write=None, atomics=None, flops=0, recompute=0) -> Kerne
     return KernelTraffic(name, {n: int(read.get(n, 0)) for n in names},
                          {n: int(write.get(n, 0)) for n in names},
                          {n: int(atomics.get(n, 0)) for n in names}, int(flops), int(recompute))
-
-
-def ceil_div(n: int, tile: int) -> int:
-    return -(-n // tile)
 
 
 def visible_pairs(Nq: int, Nk: int, causal: bool) -> int:
