@@ -10,7 +10,8 @@ Emulator-only extras (not in CuPy): configure()/settings() (mode "counted" or "f
 check, stack size, watchdog), last_launch() and record() for the per-argument byte counts, and
 EmuError for faults inside kernels (barrier misuse, out-of-bounds access, shared-memory race,
 stack overflow, runaway kernel...), which name the kernel, block, thread and source line and
-leave the Python process running. How it works: shim.h and runtime.cpp.
+leave the Python process running. How it works: shim.h, then
+runtime.h (scheduler.cpp, memory.cpp, launch.cpp).
 """
 
 from .build import EmuCompileError, EmuError, cache_dir

@@ -1,11 +1,13 @@
 """Turn a .cu file into a shared library the emulator can load: rewrite what host C++ cannot
 say (dynamic shared memory), append one launcher per kernel, compile with g++ (two variants:
-"fast" plain, "counted" with GCC's memory-access hooks) and cache the result.
+"fast" plain, "counted" with GCC's memory-access hooks), link it with the runtime
+(scheduler.cpp, memory.cpp, launch.cpp) and cache the result.
 
 The cache lives in $CKPTLAB_CACHE_DIR, else $XDG_CACHE_HOME/ckptlab/emu, else
 ~/.cache/ckptlab/emu, keyed by a hash of everything that affects the binary: the source, the
-headers it may include, shim.h, runtime.cpp, the flags and the compiler's version. Two processes
-building the same module at once take a file lock; the loser finds the winner's library.
+headers it may include, shim.h, the runtime's sources, the flags and the compiler's version.
+Two processes building the same module at once take a file lock; the loser finds the winner's
+library.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SHIM = HERE / "shim.h"
-RUNTIME = HERE / "runtime.cpp"
+RUNTIME = [HERE / "runtime.h", HERE / "scheduler.cpp", HERE / "memory.cpp", HERE / "launch.cpp"]
 
 BASE_FLAGS = [
     "-std=c++20", "-O2", "-g", "-fPIC", "-fvisibility=hidden",
@@ -31,7 +33,7 @@ BASE_FLAGS = [
     "-fstack-clash-protection",    # big frames touch the guard page first: a clean overflow
     "-Wno-unused-parameter", "-Wno-unused-variable",
 ]
-# GCC calls __tsan_{read,write}{1,2,4,8,16} before every access; runtime.cpp defines them. No
+# GCC calls __tsan_{read,write}{1,2,4,8,16} before every access; memory.cpp defines them. No
 # TSan runtime is linked. (ThreadSanitizer's instrumentation, not AddressSanitizer's: ASan skips
 # the store of `x[i] += v` after checking the load, so that write would go uncounted.)
 COUNT_FLAGS = [
@@ -98,7 +100,7 @@ _DYN_SHARED = re.compile(
 
 
 # `__shared__ float tile[16][17], row[16];` -> a place in the module's static shared arena
-# (runtime.cpp: emu_shared_alloc, once per declaration) and a reference to it through an opaque
+# (memory.cpp: emu_shared_alloc, once per declaration) and a reference to it through an opaque
 # pointer. Why the reference: GCC's hooks skip accesses to a static array at a constant index
 # (`tile[0][3]`, a scalar), which would leave them uncounted and outside the race check.
 _STATIC_SHARED = re.compile(
@@ -245,14 +247,24 @@ def _locked_build(target: Path, build):
     return target
 
 
+def _runtime_bytes() -> list[bytes]:
+    return [f.read_bytes() for f in RUNTIME]
+
+
 def runtime_object(cxx: str) -> Path:
-    """runtime.cpp compiled once (without the sanitizer) per compiler and runtime version."""
-    key = _digest([SHIM.read_bytes(), RUNTIME.read_bytes(), compiler_version(cxx), *BASE_FLAGS])
+    """The runtime (scheduler.cpp, memory.cpp, launch.cpp) compiled once, without the
+    sanitizer, per compiler and runtime version; partially linked into one object."""
+    key = _digest([SHIM.read_bytes(), *_runtime_bytes(), compiler_version(cxx), *BASE_FLAGS])
     target = cache_dir() / f"runtime-{key}.o"
 
     def build(tmp: Path, out: Path):
-        _run([cxx, *BASE_FLAGS, "-I", str(HERE), "-c", str(RUNTIME), "-o", str(out)],
-             "compiling the emulator runtime")
+        objs = []
+        for src in RUNTIME:
+            if src.suffix == ".cpp":
+                objs.append(str(tmp / f"{src.stem}.o"))
+                _run([cxx, *BASE_FLAGS, "-I", str(HERE), "-c", str(src), "-o", objs[-1]],
+                     f"compiling the emulator runtime ({src.name})")
+        _run([cxx, "-r", "-nostdlib", "-o", str(out), *objs], "linking the emulator runtime")
 
     return _locked_build(target, build)
 
@@ -264,7 +276,7 @@ def build_module(code: str, name: str, expressions: list[str], options, mode: st
     cxx = compiler()
     source = f'#line 1 "{name}"\n' + rewrite_source(code) + launcher_code(expressions)
     flags = BASE_FLAGS + host_flags(options) + (COUNT_FLAGS if mode == "counted" else [])
-    key = _digest([source, SHIM.read_bytes(), RUNTIME.read_bytes(), Path(__file__).read_bytes(),
+    key = _digest([source, SHIM.read_bytes(), *_runtime_bytes(), Path(__file__).read_bytes(),
                    compiler_version(cxx), *flags, *_headers(options)])
     stem = re.sub(r"[^\w.-]", "_", name)[:40]
     target = cache_dir() / f"{stem}-{mode}-{key}.so"

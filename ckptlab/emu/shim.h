@@ -1,7 +1,7 @@
 // shim.h: the CUDA vocabulary as host C++, force-included (-include shim.h) before every kernel
 // file the emulator compiles. Kernels are the same .cu files nvcc/NVRTC compile for a GPU.
 //
-// Execution model (runtime.cpp): every CUDA thread of a block is a fiber on one OS thread;
+// Execution model (runtime.h): every CUDA thread of a block is a fiber on one OS thread;
 // blocks run one after another. __syncthreads and warp operations switch back to a scheduler
 // that releases threads when the whole block (or the warp mask) has arrived. Every load and
 // store in the kernel file is seen by the runtime (GCC's -fsanitize=thread hooks), which
@@ -84,7 +84,7 @@ inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 inline dim3 make_dim3(unsigned x, unsigned y, unsigned z) { return dim3(x, y, z); }
 
-// ---- synchronisation (runtime.cpp); __FILE__/__LINE__ travel so errors name the line -------
+// ---- synchronisation (scheduler.cpp); __FILE__/__LINE__ travel so errors name the line -----
 extern "C" void emu_syncthreads(const char* file, int line);
 extern "C" int emu_syncthreads_reduce(int op, int pred, const char* file, int line);
 extern "C" void emu_syncwarp(const char* file, int line, unsigned mask);
@@ -131,7 +131,7 @@ inline T emu_shfl(int op, const char* f, int l, unsigned mask, T var, int arg, i
 #define __all_sync(mask, pred) \
     ((int)emu_warp_exchange(EMU_ALL, (mask), (pred) != 0, 0, 32, __FILE__, __LINE__))
 
-// ---- atomics (runtime.cpp: they count themselves, since the runtime is not instrumented) ----
+// ---- atomics (memory.cpp: they count themselves, since the runtime is not instrumented) -----
 float atomicAdd(float* a, float v);
 double atomicAdd(double* a, double v);
 int atomicAdd(int* a, int v);
