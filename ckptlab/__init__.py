@@ -1,7 +1,31 @@
 """ckptlab: a lab about recomputation. Store less, recompute more.
 
-Layers (DESIGN.md): labs/CLI -> checkpoint/schedules -> autograd/ops -> attention -> device -> emu;
-reference (float64 truths) and measure/traffic (timers, bytes, FLOPs) on the side.
+The package is layered: a module may import modules of its own layer or of layers below it,
+never above (tests/test_layout.py enforces it, and that no two modules import each other in a
+cycle). From the bottom:
+
+    cdefs, emu            constants shared with C++; the CPU emulator (runs kernels/*.cu)
+    device, rng,          the target ("cuda" | "emu"), Philox, the float64 truths
+      reference
+    kernels               launch wrappers and the one table of tiles and limits
+    measure               timers, ncu, traffic models, roofline, plots, at_scale
+    engine                the autograd engine: Tensor, tape, ops, layers
+    recompute             what to store and what to recompute: plans, checkpoint, ledger,
+                          profiles, schedules
+    models                MLP and GPT as chains of stages, for the labs and benchmarks
+    cli, exercises        what a person runs: `python -m ckptlab ...`, the labs' checkers
 """
 
 __version__ = "0.1.0"
+
+# The layers, bottom first: each entry names packages or modules of ckptlab.
+LAYERS = (
+    ("cdefs", "emu"),
+    ("device", "rng", "reference"),
+    ("kernels",),
+    ("measure",),
+    ("engine",),
+    ("recompute",),
+    ("models",),
+    ("cli", "exercises", "__main__"),
+)

@@ -1,5 +1,5 @@
 """A small model zoo for the labs and benchmarks, written as chains of stages so that any
-schedule (ckptlab.schedules) can be applied to the blocks in the middle.
+schedule (ckptlab.recompute.schedules) can be applied to the blocks in the middle.
 
     MLP:  x (B, D) -> L x [x + dropout(relu(x W1 + b1) W2 + b2)] -> cross-entropy(x Wo + bo)
     GPT:  tokens (B, N) -> wte[t] + wpe[n] -> dropout ->
@@ -17,9 +17,11 @@ import math
 
 import numpy as np
 
-from ckptlab import autograd, ledger, ops, rng
-from ckptlab.autograd import Tensor
-from ckptlab.checkpoint import checkpoint_sequential
+from ckptlab import rng
+from ckptlab.engine import layers, ops, tape
+from ckptlab.engine.tensor import Tensor, xp_of
+from ckptlab.recompute import profile, schedules
+from ckptlab.recompute.checkpoint import checkpoint_sequential
 
 
 class Chain:
@@ -44,17 +46,20 @@ class Chain:
         return []
 
     def loss(self, inputs, targets, schedule=None, **kwargs) -> Tensor:
-        """Forward through prefix, blocks (as `schedule` says) and head; kwargs to checkpoint."""
+        """Forward through prefix, blocks (as `schedule` says: a Schedule, a plan or a spec
+        such as "sqrt") and head; kwargs to checkpoint."""
         x = inputs if isinstance(inputs, Tensor) else Tensor(inputs)
         for stage in self.prefix():
             x = stage(x)
-        x = checkpoint_sequential(self.blocks, x, schedule=schedule, **kwargs)
+        if isinstance(schedule, str):
+            schedule = schedules.make(schedule, len(self.blocks))
+        x = checkpoint_sequential(self.blocks, x, plan=schedule, **kwargs)
         return self.head(x, targets)
 
     def profile(self, inputs, targets, policies=()):
-        """Measure each stage once (ledger.profile) for the schedules' predictions."""
+        """Measure each stage once (profile.profile) for the schedules' predictions."""
         x = inputs if isinstance(inputs, Tensor) else Tensor(inputs)
-        return ledger.profile(self.stages(targets), x, self.first, len(self.blocks), policies)
+        return profile.profile(self.stages(targets), x, self.first, len(self.blocks), policies)
 
     def zero_grad(self) -> None:
         for p in self.params.values():
@@ -86,12 +91,12 @@ class MLP(Chain):
 
         def block(x: Tensor) -> Tensor:
             h = ops.relu(ops.linear(x, P[f"{i}.W1"], P[f"{i}.b1"]))  # (B, H)
-            return x + ops.dropout(ops.linear(h, P[f"{i}.W2"], P[f"{i}.b2"]), self.p)  # (B, D)
+            return x + layers.dropout(ops.linear(h, P[f"{i}.W2"], P[f"{i}.b2"]), self.p)  # (B, D)
 
         return block
 
     def head(self, x: Tensor, targets) -> Tensor:
-        return ops.cross_entropy(ops.linear(x, self.params["Wo"], self.params["bo"]), targets)
+        return layers.cross_entropy(ops.linear(x, self.params["Wo"], self.params["bo"]), targets)
 
 
 class GPT(Chain):
@@ -131,9 +136,9 @@ class GPT(Chain):
         B, N = tokens.shape
         if N > self.ctx:
             raise ValueError(f"GPT: sequence of {N} tokens is longer than ctx={self.ctx}")
-        pos = autograd.xp_of(tokens.data).arange(N)
-        x = ops.embedding(self.params["wte"], tokens) + ops.embedding(self.params["wpe"], pos)
-        return ops.dropout(x, self.p)  # (B, N, C)
+        pos = xp_of(tokens.data).arange(N)
+        x = layers.embedding(self.params["wte"], tokens) + layers.embedding(self.params["wpe"], pos)
+        return layers.dropout(x, self.p)  # (B, N, C)
 
     def _block(self, i: int):
         P, H = self.params, self.heads
@@ -142,20 +147,20 @@ class GPT(Chain):
             return ops.linear(x, P[f"{i}.W{name}"], P[f"{i}.b{name}"])
 
         def block(x: Tensor) -> Tensor:
-            h = ops.layernorm(x, P[f"{i}.ln1.w"], P[f"{i}.ln1.b"])  # (B, N, C)
+            h = layers.layernorm(x, P[f"{i}.ln1.w"], P[f"{i}.ln1.b"])  # (B, N, C)
             q, k, v = (ops.split_heads(lin(h, n), H) for n in "qkv")  # (B, H, N, d)
-            a = ops.attention(q, k, v, causal=True, impl=self.attn, dropout_p=self.p,
+            a = layers.attention(q, k, v, causal=True, impl=self.attn, dropout_p=self.p,
                               backend=self.backend)  # (B, H, N, d)
-            x = x + ops.dropout(lin(ops.merge_heads(a), "o"), self.p)
-            h = ops.layernorm(x, P[f"{i}.ln2.w"], P[f"{i}.ln2.b"])
-            return x + ops.dropout(lin(ops.gelu(lin(h, "fc")), "proj"), self.p)  # (B, N, C)
+            x = x + layers.dropout(lin(ops.merge_heads(a), "o"), self.p)
+            h = layers.layernorm(x, P[f"{i}.ln2.w"], P[f"{i}.ln2.b"])
+            return x + layers.dropout(lin(ops.gelu(lin(h, "fc")), "proj"), self.p)  # (B, N, C)
 
         return block
 
     def head(self, x: Tensor, targets) -> Tensor:
         P = self.params
-        logits = ops.linear(ops.layernorm(x, P["lnf.w"], P["lnf.b"]), P["W_head"])  # (B, N, V)
-        return ops.cross_entropy(logits, targets)
+        logits = ops.linear(layers.layernorm(x, P["lnf.w"], P["lnf.b"]), P["W_head"])  # (B, N, V)
+        return layers.cross_entropy(logits, targets)
 
 
 # ------------------------------------------------------------------------------ PyTorch twin
@@ -174,7 +179,7 @@ def torch_stages(model: Chain, targets, dtype=None):
     dtype = dtype or (torch.float64 if model.dtype == np.float64 else torch.float32)
     params = {k: torch.tensor(device.to_numpy(p.data), dtype=dtype, requires_grad=True)
               for k, p in model.params.items()}
-    seed, offset = autograd.rng_state()
+    seed, offset = tape.rng_state()
     sites = iter(range(offset, offset + 10**9))
     p = model.p
     targets = torch.as_tensor(device.to_numpy(getattr(targets, "data", targets)))

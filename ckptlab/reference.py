@@ -8,8 +8,8 @@
 Backward: dV = P_d^T dO, dP = (dO V^T) * Z / (1 - p), dS = P * (dP - D) with
 D = rowsum(dP * P) = rowsum(dO * O), dQ = scale * dS K, dK = scale * dS^T Q.
 
-Two versions: `forward`/`backward` materialise the N x N matrices (the textbook); `flash_forward`
-/`flash_backward` walk the same tiles as kernels/attn_flash_*.cu (online softmax, then P
+Two versions: `forward`/`backward` materialise the N x N matrices (the textbook); `tiled_forward`
+/`tiled_backward` walk the same tiles as kernels/attn_flash_*.cu (online softmax, then P
 recomputed from L per tile), for the notebooks. `dtype=np.float32` runs the same arithmetic in
 float32, the yardstick of the "no more than 2x the error of float32" rule.
 """
@@ -18,7 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ckptlab import rng
+from ckptlab import device, rng
+
+
+def rel_err(x, truth) -> float:
+    """||x - truth|| / ||truth||, in float64: the relative Frobenius error every kernel check
+    uses (x may be an array of either target)."""
+    x = np.asarray(device.to_numpy(x), np.float64)
+    return float(np.linalg.norm(x - truth) / np.linalg.norm(truth))
 
 
 def default_scale(d: int) -> float:
@@ -26,10 +33,12 @@ def default_scale(d: int) -> float:
     return 1.0 / np.sqrt(d)
 
 
-def causal_visible(Nq: int, Nk: int) -> np.ndarray:
-    """(Nq, Nk) bool: query i sees key j iff j <= i + Nk - Nq (bottom-right aligned)."""
-    i = np.arange(Nq)[:, None]
-    j = np.arange(Nk)[None, :]
+def causal_visible(Nq: int, Nk: int, xp=np):
+    """(Nq, Nk) bool: query i sees key j iff j <= i + Nk - Nq, the causal mask aligned to the
+    bottom-right corner (FlashAttention 2.1+). With Nq > Nk the first Nq - Nk rows see nothing.
+    `xp`: the array module to build it with (numpy, or cupy for the engine on a GPU)."""
+    i = xp.arange(Nq)[:, None]
+    j = xp.arange(Nk)[None, :]
     return j <= i + (Nk - Nq)
 
 
@@ -98,7 +107,7 @@ def _tiles(n: int, size: int):
     return [(a, min(a + size, n)) for a in range(0, n, size)]
 
 
-def flash_forward(q, k, v, causal=False, scale=None, dropout_p=0.0, seed=0, offset=0,
+def tiled_forward(q, k, v, causal=False, scale=None, dropout_p=0.0, seed=0, offset=0,
                   Br=64, Bc=32, dtype=np.float64):
     """The forward of attn_flash_fwd.cu, tile by tile: for each Br-row tile of Q, stream the
     Bc-key tiles of K and V, keeping the running row max m and row sum l (online softmax);
@@ -134,7 +143,7 @@ def flash_forward(q, k, v, causal=False, scale=None, dropout_p=0.0, seed=0, offs
     return O, L
 
 
-def flash_backward(dO, q, k, v, O, L, causal=False, scale=None, dropout_p=0.0, seed=0,
+def tiled_backward(dO, q, k, v, O, L, causal=False, scale=None, dropout_p=0.0, seed=0,
                    offset=0, Br=32, Bc=32, dtype=np.float64):
     """The backward of attn_flash_bwd.cu, tile by tile: D = rowsum(dO * O); outer loop over
     K/V tiles, inner over Q tiles, P = exp(S - L) recomputed per tile; dK, dV accumulate per

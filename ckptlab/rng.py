@@ -63,13 +63,6 @@ def threshold(p: float) -> int:
     return int(round(p * 2**24))
 
 
-def uniform(seed: int, offset: int, index) -> np.ndarray:
-    """Uniform float32 in [0, 1) with 24 random bits, one per element index."""
-    return (random_words(seed, offset, index) >> np.uint32(8)).astype(np.float32) * np.float32(
-        2.0**-24
-    )
-
-
 def keep_mask(seed: int, offset: int, shape, p: float) -> np.ndarray:
     """Dropout keep-mask (bool, `shape`) for elements numbered 0..prod(shape)-1 in C order."""
     t = threshold(p)

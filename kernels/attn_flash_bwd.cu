@@ -12,10 +12,11 @@
 // with D_i = sum_j P_ij dP_ij = rowsum(dO_i * O_i) (the two are equal, dropout or not).
 //
 // Kernels:
-//   attn_flash_bwd_preprocess   D = rowsum(dO * O); zeroes dQ when dQ is accumulated by atomics
+//   attn_flash_bwd_preprocess   D = rowsum(dO * O); unless deterministic, zeroes dQ, which the
+//                               atomics of attn_flash_bwd_dkdv then accumulate into
 //   attn_flash_bwd_dkdv         outer loop over K/V tiles (one per block), inner over Q tiles;
-//                               dK, dV accumulate in registers; with ATOMIC_DQ it also adds
-//                               each tile's dQ contribution to global dQ with atomicAdd (FA2)
+//                               dK, dV accumulate in registers; unless DETERMINISTIC it also
+//                               adds each tile's dQ contribution to global dQ with atomicAdd (FA2)
 //   attn_flash_bwd_dq           the deterministic dQ (Triton's tutorial): one block per Q tile
 //                               loops over K/V tiles, recomputing P and dP a second time, and
 //                               writes dQ once. No atomics, so bitwise reproducible, at the
@@ -33,10 +34,12 @@
 // and K, V (cols*d) per visited pair, writes dQ (Nq*d).
 #include "common.cuh"
 
-// D_i = sum_c dO_ic O_ic, one warp per row of the flattened (B*H*Nq, d) arrays; if zero_dq,
-// also dQ_i = 0 (the atomics then add into it). grid (ceil(rows / warps)), block (32, warps).
+// D_i = sum_c dO_ic O_ic, one warp per row of the flattened (B*H*Nq, d) arrays; unless
+// deterministic, also dQ_i = 0 (the atomics then add into it). grid (ceil(rows / warps)),
+// block (32, warps).
 extern "C" __global__ void attn_flash_bwd_preprocess(const float* O, const float* dO, float* D,
-                                                     float* dQ, int rows, int d, int zero_dq) {
+                                                     float* dQ, int rows, int d,
+                                                     int deterministic) {
     const int lane = threadIdx.x, row = blockIdx.x * blockDim.y + threadIdx.y;
     if (row >= rows) return;  // the whole warp leaves together: no shuffle is skipped
     const long long base = (long long)row * d;
@@ -44,7 +47,7 @@ extern "C" __global__ void attn_flash_bwd_preprocess(const float* O, const float
     for (int c = lane; c < d; c += WARP) acc += dO[base + c] * O[base + c];
     acc = group_sum<WARP>(acc);
     if (lane == 0) D[row] = acc;
-    if (zero_dq)
+    if (!deterministic)
         for (int c = lane; c < d; c += WARP) dQ[base + c] = 0.0f;
 }
 
@@ -70,7 +73,7 @@ __device__ __forceinline__ void load_vec(float* dst, const float* src, int r0, i
 // grid (Tc = ceil(Nk/Bc), B*H), block (LANES, Bc): row group y = threadIdx.y owns key
 // j = k0 + y: its dK_j, dV_j columns lane + c*LANES, and the S/dP entries (i, j) for the
 // tile rows i = lane + rr*LANES.
-template <int d, int Br, int Bc, bool ATOMIC_DQ>
+template <int d, int Br, int Bc, bool DETERMINISTIC>
 __global__ void __launch_bounds__(Bc * LANES) attn_flash_bwd_dkdv(const float* Q, const float* K, const float* V,
                                     const float* dO, const float* L, const float* D, float* dQ,
                                     float* dK, float* dV, int Nq, int Nk, float scale, int causal,
@@ -141,7 +144,7 @@ __global__ void __launch_bounds__(Bc * LANES) attn_flash_bwd_dkdv(const float* Q
             dv[c] += sv;
             dk[c] += sk;
         }
-        if (ATOMIC_DQ) {  // dQ_i += scale * dS_ij K_j, rows ii = y, y + Bc, ... of this Q tile
+        if (!DETERMINISTIC) {  // dQ_i += scale * dS_ij K_j, rows ii = y, y + Bc, ... of this Q tile
             for (int ii = y; ii < Br; ii += Bc) {
                 if (q0 + ii >= Nq) break;
                 for (int c = 0; c < d / LANES; ++c) {

@@ -12,7 +12,7 @@ wrappers, so an element no thread writes fails here. Time: ~20 s on 2 cores (B*H
 import numpy as np
 import pytest
 
-from ckptlab import attention, device, emu
+from ckptlab import device, emu, kernels
 from ckptlab import reference as ref
 
 TOL = 1e-5
@@ -31,7 +31,7 @@ def on_the_emulator():
 # Nq > Nk: rows that see no key); B*H alternates 1 and 2 (batch offsets, dropout indices).
 PAIRS = [(1, 100), (17, 17), (257, 64), (64, 257), (100, 17), (17, 100), (257, 257), (100, 64)]
 OPTIONS = [(False, 0.0), (True, 0.0), (False, 0.2), (True, 0.3)]
-GRID = [(d, causal, p) for d in attention.HEAD_DIMS for causal, p in OPTIONS]
+GRID = [(d, causal, p) for d in kernels.HEAD_DIMS for causal, p in OPTIONS]
 CASES = [(1, 1 + n % 2, *PAIRS[n % len(PAIRS)], d, causal, p)
          for n, (d, causal, p) in enumerate(GRID)]
 CASES += [
@@ -109,22 +109,22 @@ def run_case(c, xp=np, seed=0):
     qd, kd, vd, dOd = (xp.asarray(a) for a in (q, k, v, dO))
     kw = dict(causal=causal, dropout_p=p, seed=seed_rng, offset=offset)
 
-    O, saved = attention.naive_forward(qd, kd, vd, **kw)
+    O, saved = kernels.naive_forward(qd, kd, vd, **kw)
     check("naive O", O, O64, O32)
-    grads = attention.naive_backward(dOd, qd, kd, vd, saved)
+    grads = kernels.naive_backward(dOd, qd, kd, vd, saved)
     for name, g, t, t32, zb in zip(("dQ", "dK", "dV"), grads, g64, g32, bounds, strict=True):
         check(f"naive {name}", g, t, t32, zb)
 
-    O, saved = attention.flash_forward(qd, kd, vd, **kw)
+    O, saved = kernels.flash_forward(qd, kd, vd, **kw)
     check("flash O", O, O64, O32)
     check_L("flash L", saved.tensors["L"], L64, L32)
     for deterministic in (False, True):
-        grads = attention.flash_backward(dOd, qd, kd, vd, saved, deterministic=deterministic)
+        grads = kernels.flash_backward(dOd, qd, kd, vd, saved, deterministic=deterministic)
         for name, g, t, t32, zb in zip(("dQ", "dK", "dV"), grads, g64, g32, bounds, strict=True):
             check(f"flash {name} (deterministic={deterministic})", g, t, t32, zb)
     # Bitwise run to run, whatever order the blocks run in (shuffled, as a GPU may order them).
     with emu.settings(block_order="shuffled"):
-        again = attention.flash_backward(dOd, qd, kd, vd, saved, deterministic=True)
+        again = kernels.flash_backward(dOd, qd, kd, vd, saved, deterministic=True)
     for name, a, b in zip(("dQ", "dK", "dV"), grads, again, strict=True):
         assert np.array_equal(device.to_numpy(a), device.to_numpy(b)), f"{name} not bitwise"
     return O, grads
@@ -139,12 +139,12 @@ def test_atomic_dq_depends_on_the_block_order_and_deterministic_does_not():
     """Nine K/V tiles add into every dQ row. With blocks in random orders the atomic sums
     round differently (bits differ run to run, values agree); the deterministic kernel's do not."""
     q, k, v, dO = make_inputs(1, 2, 40, 257, 32, 5)
-    _, saved = attention.flash_forward(q, k, v)
+    _, saved = kernels.flash_forward(q, k, v)
     runs = {False: [], True: []}
     for seed in range(6):
         with emu.settings(block_order="shuffled", block_seed=seed):
             for det in runs:
-                runs[det].append(attention.flash_backward(dO, q, k, v, saved, det)[0].copy())
+                runs[det].append(kernels.flash_backward(dO, q, k, v, saved, det)[0].copy())
     atomic, deterministic = runs[False], runs[True]
     assert any(not np.array_equal(atomic[0], a) for a in atomic[1:])
     assert all(np.allclose(atomic[0], a, rtol=1e-5, atol=1e-6 * np.abs(atomic[0]).max())
@@ -162,9 +162,9 @@ def test_kernels_match_torch_autograd(c):
     O_t, L_t, g_t = torch_attention(*(a.astype(np.float64) for a in (q, k, v, dO)), causal,
                                     1 / np.sqrt(d), p, 5, 0)
     for method in ("naive", "flash"):
-        O, saved = getattr(attention, f"{method}_forward")(q, k, v, causal=causal,
+        O, saved = getattr(kernels, f"{method}_forward")(q, k, v, causal=causal,
                                                            dropout_p=p, seed=5)
-        grads = getattr(attention, f"{method}_backward")(dO, q, k, v, saved)
+        grads = getattr(kernels, f"{method}_backward")(dO, q, k, v, saved)
         assert rel(O, O_t) <= TOL, method
         for g, t in zip(grads, g_t, strict=True):
             assert rel(g, t) <= TOL, method
@@ -177,10 +177,10 @@ def test_other_tile_sizes(tiles):
     q, k, v, dO = make_inputs(1, 1, 45, 70, 32, 4)
     kw = dict(causal=True, dropout_p=0.2, seed=9, offset=1)
     O64, L64, g64 = truths(q, k, v, dO, True, 0.2, 9, 1, np.float64)
-    O, saved = attention.flash_forward(q, k, v, **kw, tiles=tiles)
+    O, saved = kernels.flash_forward(q, k, v, **kw, tiles=tiles)
     assert rel(O, O64) <= TOL and rel(saved.tensors["L"], L64) <= TOL
     for deterministic in (False, True):
-        grads = attention.flash_backward(dO, q, k, v, saved, deterministic, tiles=tiles)
+        grads = kernels.flash_backward(dO, q, k, v, saved, deterministic, tiles=tiles)
         for g, t in zip(grads, g64, strict=True):
             assert rel(g, t) <= TOL
 
@@ -206,12 +206,12 @@ def test_large_scores_do_not_overflow():
     O32, L32, g32 = truths(q, k, v, dO, False, 0.0, 0, 0, np.float32, scale=1.0)
     assert np.abs(L64).min() > 9e3
     for method in ("naive", "flash"):
-        O, saved = getattr(attention, f"{method}_forward")(q, k, v, scale=1.0)
+        O, saved = getattr(kernels, f"{method}_forward")(q, k, v, scale=1.0)
         check(f"{method} O", O, O64, O32)
         if method == "flash":
             check_L("flash L", saved.tensors["L"], L64, L32)
         slack = FLOOR if method == "naive" else np.abs(L64).max() * EPS32
-        grads = getattr(attention, f"{method}_backward")(dO, q, k, v, saved)
+        grads = getattr(kernels, f"{method}_backward")(dO, q, k, v, saved)
         for name, g_, t, t32 in zip(("dQ", "dK", "dV"), grads, g64, g32, strict=True):
             x = device.to_numpy(g_)
             assert np.all(np.isfinite(x)), f"{method} {name}"
@@ -224,8 +224,8 @@ def test_large_scores_do_not_overflow():
 def test_saved_ledger():
     """naive keeps P (N x N); flash keeps exactly O and L (B, H, Nq)."""
     q, k, v, _ = make_inputs(2, 1, 30, 50, 16, 6)
-    _, naive = attention.naive_forward(q, k, v)
-    _, flash = attention.flash_forward(q, k, v, causal=True, dropout_p=0.1, seed=3, offset=2)
+    _, naive = kernels.naive_forward(q, k, v)
+    _, flash = kernels.flash_forward(q, k, v, causal=True, dropout_p=0.1, seed=3, offset=2)
     assert set(naive.tensors) == {"P"} and naive.nbytes == 2 * 30 * 50 * 4
     assert set(flash.tensors) == {"O", "L"}
     assert flash.tensors["L"].shape == (2, 1, 30) and flash.tensors["L"].dtype == np.float32
@@ -236,10 +236,10 @@ def test_saved_ledger():
 def test_dropout_depends_on_seed_and_offset():
     """Changing (seed, offset) changes O; the same pair reproduces it exactly."""
     q, k, v, _ = make_inputs(1, 1, 20, 20, 16, 7)
-    a, _ = attention.flash_forward(q, k, v, dropout_p=0.5, seed=1, offset=0)
-    b, _ = attention.flash_forward(q, k, v, dropout_p=0.5, seed=1, offset=0)
-    c, _ = attention.flash_forward(q, k, v, dropout_p=0.5, seed=1, offset=1)
-    d, _ = attention.flash_forward(q, k, v, dropout_p=0.5, seed=2, offset=0)
+    a, _ = kernels.flash_forward(q, k, v, dropout_p=0.5, seed=1, offset=0)
+    b, _ = kernels.flash_forward(q, k, v, dropout_p=0.5, seed=1, offset=0)
+    c, _ = kernels.flash_forward(q, k, v, dropout_p=0.5, seed=1, offset=1)
+    d, _ = kernels.flash_forward(q, k, v, dropout_p=0.5, seed=2, offset=0)
     assert np.array_equal(a, b) and not np.allclose(a, c) and not np.allclose(a, d)
 
 
@@ -274,7 +274,7 @@ def test_bad_forward_input(method, arg, bad, error, message):
     args, _ = _good()
     args[arg] = bad(args)
     with emu.record() as rec, pytest.raises(error, match=message) as info:
-        getattr(attention, f"{method}_forward")(**args)
+        getattr(kernels, f"{method}_forward")(**args)
     assert arg in str(info.value) and rec.launches == []
 
 
@@ -286,7 +286,7 @@ def test_bad_forward_input(method, arg, bad, error, message):
 def test_bad_forward_options(method, kwargs, message):
     args, _ = _good()
     with emu.record() as rec, pytest.raises((ValueError, TypeError), match=message):
-        getattr(attention, f"{method}_forward")(**args, **kwargs)
+        getattr(kernels, f"{method}_forward")(**args, **kwargs)
     assert rec.launches == []
 
 
@@ -296,7 +296,7 @@ def test_bad_sizes(shape, message):
     x = np.zeros(shape, np.float32)
     for method in ("naive", "flash"):
         with emu.record() as rec, pytest.raises(ValueError, match=message):
-            getattr(attention, f"{method}_forward")(x, x, x)
+            getattr(kernels, f"{method}_forward")(x, x, x)
         assert rec.launches == []
 
 
@@ -304,43 +304,43 @@ def test_bad_tiles_and_shared_memory_budget():
     args, _ = _good()
     with emu.record() as rec:
         with pytest.raises(ValueError, match="multiple of 8"):
-            attention.flash_forward(**args, tiles=(12, 16))
+            kernels.flash_forward(**args, tiles=(12, 16))
         with pytest.raises(ValueError, match="shared memory"):
-            attention.flash_forward(**{n: np.zeros((1, 1, 9, 128), np.float32) for n in args},
+            kernels.flash_forward(**{n: np.zeros((1, 1, 9, 128), np.float32) for n in args},
                                     tiles=(64, 64))
     assert rec.launches == []
     q = np.zeros((1, 1, 9, 16), np.float32)
-    _, saved = attention.flash_forward(q, q, q)
+    _, saved = kernels.flash_forward(q, q, q)
     with emu.record() as rec:  # fits shared memory, but the kernel needs Br <= Bc * LANES
         with pytest.raises(ValueError, match=r"Br must be at most Bc \* 8 = 64"):
-            attention.flash_backward(q, q, q, q, saved, tiles=(128, 8))
+            kernels.flash_backward(q, q, q, q, saved, tiles=(128, 8))
     assert rec.launches == []
 
 
 def test_bad_backward_input():
     args, dO = _good()
     q, k, v = args["q"], args["k"], args["v"]
-    _, naive = attention.naive_forward(q, k, v)
-    _, flash = attention.flash_forward(q, k, v)
+    _, naive = kernels.naive_forward(q, k, v)
+    _, flash = kernels.flash_forward(q, k, v)
     with emu.record() as rec:
         with pytest.raises(ValueError, match="dO must have shape"):
-            attention.flash_backward(dO[:, :, :5].copy(), q, k, v, flash)
+            kernels.flash_backward(dO[:, :, :5].copy(), q, k, v, flash)
         with pytest.raises(TypeError, match="saved must be what flash_forward returned"):
-            attention.flash_backward(dO, q, k, v, naive)
+            kernels.flash_backward(dO, q, k, v, naive)
         with pytest.raises(TypeError, match="saved must be what naive_forward returned"):
-            attention.naive_backward(dO, q, k, v, flash)
+            kernels.naive_backward(dO, q, k, v, flash)
         with pytest.raises(ValueError, match="saved was made for"):
-            attention.flash_backward(dO[:, :, :4].copy(), q[:, :, :4].copy(), k, v, flash)
+            kernels.flash_backward(dO[:, :, :4].copy(), q[:, :, :4].copy(), k, v, flash)
         with pytest.raises(TypeError, match="dO must have dtype float32"):
-            attention.naive_backward(dO.astype(np.float16), q, k, v, naive)
+            kernels.naive_backward(dO.astype(np.float16), q, k, v, naive)
     assert rec.launches == []
 
 
 def test_flash_shared_memory_is_seen_by_the_emulator():
     q, k, v, dO = make_inputs(1, 1, 40, 40, 16, 9)
     with emu.record() as rec:
-        _, saved = attention.flash_forward(q, k, v)
-        attention.flash_backward(dO, q, k, v, saved, deterministic=True)
+        _, saved = kernels.flash_forward(q, k, v)
+        kernels.flash_backward(dO, q, k, v, saved, deterministic=True)
     for launch in rec.launches:
         if "preprocess" not in launch.kernel:
             assert launch.shared_read_bytes > 0 and launch.shared_write_bytes > 0, launch.kernel
@@ -349,10 +349,10 @@ def test_flash_shared_memory_is_seen_by_the_emulator():
 def test_unpoisoned_gives_the_same_results_and_restores_the_poison():
     """Benchmarks time without the NaN fills; the kernels write every element either way."""
     q, k, v, dO = make_inputs(1, 1, 17, 33, 16, 3)
-    O, saved = attention.flash_forward(q, k, v)
-    with attention.unpoisoned():
-        O2, saved2 = attention.flash_forward(q, k, v)
-        g2 = attention.flash_backward(dO, q, k, v, saved2, deterministic=True)
-    g = attention.flash_backward(dO, q, k, v, saved, deterministic=True)
+    O, saved = kernels.flash_forward(q, k, v)
+    with kernels.unpoisoned():
+        O2, saved2 = kernels.flash_forward(q, k, v)
+        g2 = kernels.flash_backward(dO, q, k, v, saved2, deterministic=True)
+    g = kernels.flash_backward(dO, q, k, v, saved, deterministic=True)
     assert np.array_equal(O, O2) and all(np.array_equal(a, b) for a, b in zip(g, g2, strict=True))
-    assert np.isnan(attention._poisoned((3,))).all()  # the poison is back
+    assert np.isnan(kernels.common.poisoned((3,))).all()  # the poison is back

@@ -9,7 +9,7 @@ bitwise equal run to run.
 import numpy as np
 import pytest
 
-from ckptlab import attention, device
+from ckptlab import device, kernels
 
 pytestmark = [
     pytest.mark.gpu,
@@ -60,16 +60,16 @@ def test_atomic_dq_within_tolerance_run_to_run(c, cp):
     if np.linalg.norm(dQ64) == 0:
         pytest.skip("exact dQ is 0 (one key per row): covered by the zero bound elsewhere")
     qd, kd, vd, dOd = (cp.asarray(a) for a in (q, k, v, dO))
-    _, saved = attention.flash_forward(qd, kd, vd, causal=causal, dropout_p=p, seed=2)
+    _, saved = kernels.flash_forward(qd, kd, vd, causal=causal, dropout_p=p, seed=2)
     for deterministic in (False, False, True):
-        dQ = attention.flash_backward(dOd, qd, kd, vd, saved, deterministic)[0]
+        dQ = kernels.flash_backward(dOd, qd, kd, vd, saved, deterministic)[0]
         assert rel(cp.asnumpy(dQ), dQ64) <= TOL
 
 
 def test_numpy_array_on_the_cuda_target_is_refused(cp):
     x = np.zeros((1, 1, 8, 16), np.float32)
     with pytest.raises(TypeError, match="cupy array on the 'cuda' target"):
-        attention.flash_forward(x, cp.asarray(x), cp.asarray(x))
+        kernels.flash_forward(x, cp.asarray(x), cp.asarray(x))
 
 
 @pytest.mark.parametrize("tiles", [(16, 32), (32, 8)])
@@ -79,10 +79,10 @@ def test_other_tile_sizes_on_gpu(tiles, cp):
     q, k, v, dO = make_inputs(1, 2, 300, 170, 64, 4)
     O64, L64, g64 = truths(q, k, v, dO, True, 0.2, 9, 1, np.float64)
     qd, kd, vd, dOd = (cp.asarray(a) for a in (q, k, v, dO))
-    O, saved = attention.flash_forward(qd, kd, vd, causal=True, dropout_p=0.2, seed=9,
+    O, saved = kernels.flash_forward(qd, kd, vd, causal=True, dropout_p=0.2, seed=9,
                                        offset=1, tiles=tiles)
     assert rel(cp.asnumpy(O), O64) <= TOL
     for deterministic in (False, True):
-        grads = attention.flash_backward(dOd, qd, kd, vd, saved, deterministic, tiles=tiles)
+        grads = kernels.flash_backward(dOd, qd, kd, vd, saved, deterministic, tiles=tiles)
         for g, t in zip(grads, g64, strict=True):
             assert rel(cp.asnumpy(g), t) <= TOL

@@ -1,5 +1,5 @@
-"""Counted bytes (the emulator) == modeled bytes (ckptlab.traffic), exactly, for every launch
-and every pointer argument; the flash backward holds and writes nothing N x N; how bytes and
+"""Counted bytes (the emulator) == modeled bytes (ckptlab.measure.traffic), exactly, for every
+launch and every pointer argument; the flash backward holds and writes nothing N x N; how bytes and
 saved memory grow with N."""
 
 import tracemalloc
@@ -7,8 +7,9 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from ckptlab import attention, device, emu, traffic
+from ckptlab import device, emu, kernels
 from ckptlab import reference as ref
+from ckptlab.measure import traffic
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -50,18 +51,18 @@ def test_counted_bytes_equal_the_model(B, H, Nq, Nk, d, causal, tiles):
     kw = dict(causal=causal, dropout_p=0.1, seed=3)
     Br, Bc = tiles or (None, None)
     with emu.record() as rec:
-        _, saved = attention.naive_forward(q, k, v, **kw)
-    assert counted(rec) == modeled(traffic.naive_forward(B, H, Nq, Nk, d, causal))
+        _, saved = kernels.naive_forward(q, k, v, **kw)
+    assert counted(rec) == modeled(traffic.naive_forward_traffic(B, H, Nq, Nk, d, causal))
     with emu.record() as rec:
-        attention.naive_backward(dO, q, k, v, saved)
-    assert counted(rec) == modeled(traffic.naive_backward(B, H, Nq, Nk, d, causal))
+        kernels.naive_backward(dO, q, k, v, saved)
+    assert counted(rec) == modeled(traffic.naive_backward_traffic(B, H, Nq, Nk, d, causal))
     with emu.record() as rec:
-        _, saved = attention.flash_forward(q, k, v, **kw, tiles=tiles)
-    assert counted(rec) == modeled(traffic.flash_forward(B, H, Nq, Nk, d, causal, Br, Bc))
+        _, saved = kernels.flash_forward(q, k, v, **kw, tiles=tiles)
+    assert counted(rec) == modeled(traffic.flash_forward_traffic(B, H, Nq, Nk, d, causal, Br, Bc))
     for deterministic in (False, True):
         with emu.record() as rec:
-            attention.flash_backward(dO, q, k, v, saved, deterministic, tiles=tiles)
-        model = traffic.flash_backward(B, H, Nq, Nk, d, causal, deterministic, Br, Bc)
+            kernels.flash_backward(dO, q, k, v, saved, deterministic, tiles=tiles)
+        model = traffic.flash_backward_traffic(B, H, Nq, Nk, d, causal, deterministic, Br, Bc)
         assert counted(rec) == modeled(model)
 
 
@@ -73,17 +74,17 @@ def test_flash_backward_writes_and_holds_nothing_n_by_n():
     N, d = 257, 16
     nn = N * N * 4  # one N x N fp32 matrix: 264 KB, vs 16 KB for one N x d one
     q, k, v, dO = inputs(1, 1, N, N, d)
-    _, flash = attention.flash_forward(q, k, v)
-    _, naive = attention.naive_forward(q, k, v)
+    _, flash = kernels.flash_forward(q, k, v)
+    _, naive = kernels.naive_forward(q, k, v)
     assert flash.nbytes == N * (d + 1) * 4 and naive.nbytes == nn
 
     tracemalloc.start()
     with emu.record() as rec:
-        attention.flash_backward(dO, q, k, v, flash)
-        attention.flash_backward(dO, q, k, v, flash, deterministic=True)
+        kernels.flash_backward(dO, q, k, v, flash)
+        kernels.flash_backward(dO, q, k, v, flash, deterministic=True)
     flash_peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.reset_peak()
-    attention.naive_backward(dO, q, k, v, naive)
+    kernels.naive_backward(dO, q, k, v, naive)
     naive_peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert flash_peak < nn and naive_peak >= 2 * nn
@@ -107,12 +108,12 @@ def test_growth_with_n():
     for N in ns:
         q, k, v, dO = inputs(1, 1, N, N, d)
         with emu.record() as rec:
-            _, saved = attention.naive_forward(q, k, v)
-            attention.naive_backward(dO, q, k, v, saved)
+            _, saved = kernels.naive_forward(q, k, v)
+            kernels.naive_backward(dO, q, k, v, saved)
         naive_bytes.append(rec.global_read_bytes + rec.global_write_bytes + rec.atomic_bytes)
         naive_saved.append(saved.nbytes)
         with emu.settings(mode="fast"):  # only the ledger is needed here
-            flash_saved.append(attention.flash_forward(q, k, v)[1].nbytes)
+            flash_saved.append(kernels.flash_forward(q, k, v)[1].nbytes)
     assert 1.9 <= slope(ns, naive_bytes) <= 2.05
     assert slope(ns, naive_saved) == pytest.approx(2.0, abs=1e-9)
     assert slope(ns, flash_saved) == pytest.approx(1.0, abs=1e-9)
@@ -142,15 +143,15 @@ def test_flops():
     fwd = traffic.model_flops(B, H, N, N, d)
     assert fwd == 4 * B * H * N * N * d
     assert traffic.model_flops(B, H, N, N, d, backward=True) == 2 * fwd
-    naive = traffic.totals(traffic.naive_forward(B, H, N, N, d)
-                           + traffic.naive_backward(B, H, N, N, d))
+    naive = traffic.totals(traffic.naive_forward_traffic(B, H, N, N, d)
+                           + traffic.naive_backward_traffic(B, H, N, N, d))
     assert naive["flops"] == 3 * fwd and naive["recompute_flops"] == 0
-    atomic = traffic.totals(traffic.flash_backward(B, H, N, N, d))
-    det = traffic.totals(traffic.flash_backward(B, H, N, N, d, deterministic=True))
+    atomic = traffic.totals(traffic.flash_backward_traffic(B, H, N, N, d))
+    det = traffic.totals(traffic.flash_backward_traffic(B, H, N, N, d, deterministic=True))
     assert atomic["flops"] == 2.5 * fwd and atomic["recompute_flops"] == 0.5 * fwd
     assert det["flops"] == 3.5 * fwd and det["recompute_flops"] == 1.5 * fwd
     # causal: the naive kernels still compute every pair; flash skips hidden tiles
     causal_model = traffic.model_flops(B, H, N, N, d, causal=True)
-    naive_c = traffic.totals(traffic.naive_forward(B, H, N, N, d, causal=True))
-    flash_c = traffic.totals(traffic.flash_forward(B, H, N, N, d, causal=True))
+    naive_c = traffic.totals(traffic.naive_forward_traffic(B, H, N, N, d, causal=True))
+    flash_c = traffic.totals(traffic.flash_forward_traffic(B, H, N, N, d, causal=True))
     assert naive_c["flops"] == fwd and causal_model < flash_c["flops"] < naive_c["flops"]

@@ -4,9 +4,10 @@ its rows carry predictions that the measured ledger meets. Nothing here asserts 
 import numpy as np
 import pytest
 
-from ckptlab import autograd, bench_checkpoint, models
-from ckptlab.autograd import Tensor
-from ckptlab.bench_hand import hand_step
+from ckptlab import engine, models
+from ckptlab.cli import bench_checkpoint
+from ckptlab.cli.hand_step import hand_step
+from ckptlab.engine import Tensor
 
 R = np.random.default_rng(2)
 
@@ -23,11 +24,11 @@ def test_hand_written_step_equals_the_engine(case):
         m = models.GPT(vocab=13, ctx=6, width=8, heads=2, layers=2, dropout=0.2,
                        attn=case.split("-")[1], seed=1)
         x, y = R.integers(0, 13, (2, 6)), R.integers(0, 13, (2, 6))
-    autograd.manual_seed(4)
+    engine.manual_seed(4)
     m.zero_grad()
     loss = m.loss(Tensor(x), y)
     loss.backward()
-    autograd.manual_seed(4)
+    engine.manual_seed(4)
     hand_loss, hand = hand_step(m, x, y)
     assert float(hand_loss) == pytest.approx(loss.item(), rel=1e-13)
     assert set(hand) == set(m.params)

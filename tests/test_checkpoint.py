@@ -4,9 +4,10 @@ restored (and the broken mode that redraws), determinism checks, selective polic
 import numpy as np
 import pytest
 
-from ckptlab import autograd, ledger, ops
-from ckptlab.autograd import Tensor
-from ckptlab.checkpoint import (
+from ckptlab import engine
+from ckptlab.engine import Tensor, layers, ops
+from ckptlab.recompute import ledger, schedules
+from ckptlab.recompute.checkpoint import (
     DeterminismError,
     Seg,
     checkpoint,
@@ -21,7 +22,7 @@ WEIGHTS = [Tensor(R.standard_normal((D, D)) / np.sqrt(D), requires_grad=True) fo
 
 def block(i):
     """A block with matmuls, a pointwise op and dropout: x + dropout(gelu(x W_i))."""
-    return lambda x: x + ops.dropout(ops.gelu(ops.linear(x, WEIGHTS[i])), 0.3)
+    return lambda x: x + layers.dropout(ops.gelu(ops.linear(x, WEIGHTS[i])), 0.3)
 
 
 def run(fn, x0, seed=1):
@@ -29,7 +30,7 @@ def run(fn, x0, seed=1):
     for w in WEIGHTS:
         w.grad = None
     x = Tensor(x0.copy(), requires_grad=True)
-    autograd.manual_seed(seed)
+    engine.manual_seed(seed)
     loss = (fn(x) * 0.5).sum()
     loss.backward()
     return [loss.data] + [w.grad.copy() for w in WEIGHTS] + [x.grad.copy()]
@@ -77,9 +78,9 @@ def test_broken_mode_redraws_masks_and_the_gradient_is_silently_wrong():
 
 def test_rng_state_after_a_checkpointed_step_equals_the_plain_one():
     run(chain, X0, seed=9)
-    after_plain = autograd.rng_state()
+    after_plain = engine.rng_state()
     run(lambda x: checkpoint(chain, x), X0, seed=9)
-    assert autograd.rng_state() == after_plain
+    assert engine.rng_state() == after_plain
 
 
 def test_checkpoint_holds_only_its_input_until_backward():
@@ -109,7 +110,7 @@ def test_determinism_check_shape_catches_a_changing_function():
 
 
 def test_checkpoint_under_no_grad_just_runs():
-    with autograd.no_grad():
+    with engine.no_grad():
         y = checkpoint(chain, Tensor(X0.copy(), requires_grad=True))
     assert y.node is None
 
@@ -159,8 +160,8 @@ def test_checkpoint_argument_errors():
 def test_checkpoint_sequential_segments_and_plans_agree():
     blocks = [block(i) for i in range(4)]
     plain = run(chain, X0)
-    for kwargs in ({"segments": 2}, {"segments": 4}, {"schedule": "sqrt"},
-                   {"schedule": [Seg([0, Seg([1])]), 2, Seg([3], "matmul")]}):
+    for kwargs in ({"segments": 2}, {"segments": 4}, {"plan": schedules.make("sqrt", 4)},
+                   {"plan": [Seg([0, Seg([1])]), 2, Seg([3], "matmul")]}):
         def fn(x, kwargs=kwargs):
             return checkpoint_sequential(blocks, x, **kwargs)
 
@@ -170,9 +171,13 @@ def test_checkpoint_sequential_segments_and_plans_agree():
 def test_plans_must_cover_the_blocks_in_order():
     blocks = [block(i) for i in range(4)]
     with pytest.raises(ValueError, match="cover blocks 0..3"):
-        checkpoint_sequential(blocks, Tensor(X0.copy()), schedule=[Seg([0, 2]), 1, 3])
+        checkpoint_sequential(blocks, Tensor(X0.copy()), plan=[Seg([0, 2]), 1, 3])
     with pytest.raises(ValueError, match="not both"):
-        checkpoint_sequential(blocks, Tensor(X0.copy()), segments=2, schedule="sqrt")
+        checkpoint_sequential(blocks, Tensor(X0.copy()), segments=2, plan=[0, 1, 2, 3])
+    with pytest.raises(TypeError, match="schedules.make"):  # a spec is resolved by the caller
+        checkpoint_sequential(blocks, Tensor(X0.copy()), plan="sqrt")
+    with pytest.raises(TypeError, match="schedule"):  # not silently ignored
+        checkpoint_sequential(blocks, Tensor(X0.copy()), schedule="sqrt")
 
 
 def test_run_plan_nests_as_written():

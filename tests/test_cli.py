@@ -14,8 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ckptlab import __main__ as cli
-from ckptlab import attention, bench_attention, device, fig2, roofline, tour
+from ckptlab import device, kernels
+from ckptlab.cli import bench_attention, fig2, report, tour
+from ckptlab.cli import main as cli
+from ckptlab.measure import roofline
 
 REPO = Path(__file__).resolve().parent.parent
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -54,8 +56,8 @@ def read_csv(path) -> list[dict]:
 
 def naive_bytes_by_hand(N: int, d: int, T: int = 16) -> int:
     """Global bytes of the eight naive launches for B = H = 1, Nq = Nk = N, written out here
-    independently of ckptlab.traffic: a T x T tiled matmul C (M x n) = A (M x K) B (K x n) reads A
-    ceil(n/T) times, B ceil(M/T) times, writes C once; the softmax kernels read their N x N
+    independently of ckptlab.measure.traffic: a T x T tiled matmul C (M x n) = A (M x K) B (K x n)
+    reads A ceil(n/T) times, B ceil(M/T) times, writes C once; the softmax kernels read their N x N
     inputs twice (max pass, sum pass) and write once."""
     c = -(-N // T)
     cd = -(-d // T)
@@ -124,13 +126,13 @@ def test_check_passes_and_fails(capsys, monkeypatch):
     which output failed."""
     rc, out, _ = run_cli(capsys, "check", "--quick")
     assert rc == 0 and "12 of 12 passed" in out
-    real = attention.flash_backward
+    real = kernels.flash_backward
 
     def off_by_a_little(*args, **kwargs):
         dq, dk, dv = real(*args, **kwargs)
         return dq * np.float32(1 + 1e-4), dk, dv
 
-    monkeypatch.setattr(attention, "flash_backward", off_by_a_little)
+    monkeypatch.setattr(kernels, "flash_backward", off_by_a_little)
     rc, out, _ = run_cli(capsys, "check", "--quick")
     assert rc == 1 and "FAIL (dQ)" in out and "4 of 12 passed" in out
 
@@ -163,7 +165,7 @@ def test_tour_quick_end_to_end(tmp_path):
         assert header in p.stdout
     assert "12 of 12 passed" in p.stdout
     assert "time: modeled (A100-SXM4-80GB, fp32 roofline)" in p.stdout
-    assert "counted bytes == modeled bytes (ckptlab.traffic) on every row: yes" in p.stdout
+    assert "counted bytes == modeled bytes (ckptlab.measure.traffic) on every row: yes" in p.stdout
     paths = written_paths(p.stdout)
     names = sorted(path.name for path in paths)
     assert names == sorted([
@@ -239,8 +241,8 @@ def test_a_size_that_cannot_fit_is_refused_before_allocating(capsys):
     rc, _, err = run_cli(capsys, "bench", "attention", "--n", "200000", "--heads", "16")
     assert rc == 2 and len(err.strip().splitlines()) == 1
     assert re.search(r"naive attention at B=1 H=16 N=200000 d=64 needs ~\d+\.\d+ GB", err)
-    with pytest.raises(bench_attention.TooBig, match="available host RAM"):
-        bench_attention.check_fits("naive", 1, 16, 200000, 64, "emu")
+    with pytest.raises(report.TooBig, match="available host RAM"):
+        report.check_fits("naive", 1, 16, 200000, 64, "emu")
 
 
 @pytest.mark.skipif(device.cuda_available(), reason="this machine has a GPU")

@@ -11,9 +11,10 @@ import textwrap
 
 import pytest
 
-from ckptlab import attention
-from ckptlab import compile as cc
+from ckptlab.cli import kernels_report
 from ckptlab.device import KERNELS_DIR
+from ckptlab.kernels import nvrtc as cc
+from ckptlab.kernels.table import instantiations
 
 KERNEL_FILES = sorted(KERNELS_DIR.glob("*.cu")) or [
     pytest.param(None, marks=pytest.mark.skip(reason=f"no *.cu files in {KERNELS_DIR} yet"))
@@ -28,7 +29,7 @@ def check_records(path, records, arch):
     wrappers launch from it is there (so compiled by ptxas, not only parsed), with registers
     > 0 and every field a CUDA 12/13 ptxas prints filled in."""
     kernels = {r["kernel"]: r for r in records if r["kind"] == "kernel"}
-    wanted = set(cc.extern_c_kernels(path.read_text())) | set(attention.instantiations(path.name))
+    wanted = set(cc.extern_c_kernels(path.read_text())) | set(instantiations(path.name))
     missing = wanted - set(kernels)
     assert not missing, f"{path.name}: kernels missing from the {arch} report: {sorted(missing)}"
     for r in kernels.values():
@@ -276,17 +277,17 @@ def test_no_compiler_says_what_to_install(tiny, monkeypatch):
 
 def test_format_report_and_main(tiny, tmp_path, capsys):
     rows = cc.report([tiny], "sm_80")
-    table = cc.format_report(rows).splitlines()
+    table = kernels_report.format_report(rows).splitlines()
     assert table[0].split()[:4] == ["file", "kernel", "arch", "regs"]
     assert len(table) == 2 + len(rows) + 1  # header, rule, one line per record, compiler
     assert any("tile_transpose" in line and "1088" in line for line in table)
-    assert cc.format_report([]).startswith("no kernels")
+    assert kernels_report.format_report([]).startswith("no kernels")
 
-    assert cc.main(["--arch", "sm_80", "--arch", "sm_90", str(tiny)]) == 0
+    assert kernels_report.main(["--arch", "sm_80", "--arch", "sm_90", str(tiny)]) == 0
     out = capsys.readouterr().out
     assert "sm_80" in out and "sm_90" in out and "tile_transpose" in out
 
     broken = tmp_path / "broken.cu"
     broken.write_text('extern "C" __global__ void broken() { nope }\n')
-    assert cc.main([str(broken)]) == 1
+    assert kernels_report.main([str(broken)]) == 1
     assert "broken.cu(1): error" in capsys.readouterr().err

@@ -9,7 +9,8 @@ rely on (shuffles with width, votes, atomics, dynamic shared memory, templates, 
 import numpy as np
 import pytest
 
-from ckptlab import device, emu, traffic
+from ckptlab import device, emu
+from ckptlab.measure import traffic
 
 TILE, ROWS_PER_BLOCK = 16, 4
 

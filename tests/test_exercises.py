@@ -1,7 +1,7 @@
-"""Every exercise checker (ckptlab.exercises) against the worked solution (labs/solutions/, hand
-derivations independent of the models the checkers use): "right"; against a wrong answer:
-"wrong, because <a reason>"; against None and the `...` placeholder: "not answered yet". A
-checker must never raise on an answer, whatever it is."""
+"""Every exercise checker (ckptlab.exercises.lab01 ... lab08) against the worked solution
+(labs/solutions/, hand derivations independent of the models the checkers use): "right";
+against a wrong answer: "wrong, because <a reason>"; against None and the `...` placeholder:
+"not answered yet". A checker must never raise on an answer, whatever it is."""
 
 import importlib.util
 from pathlib import Path
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ckptlab import exercises as check
+from ckptlab.exercises import lab01, lab02, lab03, lab04, lab05, lab06, lab07, lab08
 
 SOLUTIONS = Path(__file__).resolve().parent.parent / "labs" / "solutions"
 
@@ -32,46 +32,46 @@ GPT3 = dict(s=2048, b=1, h=12288, a=96)
 # (checker, its keyword arguments as the notebook passes them, the solution's answer, a wrong
 # answer). Where the solution is a formula, odd sizes are tried besides the notebook's.
 CASES = [
-    ("sgemm_bytes", check.sgemm_bytes, dict(M=40, N=24, K=56), S1.answer_1,
+    ("sgemm_bytes", lab01.sgemm_bytes, dict(M=40, N=24, K=56), S1.answer_1,
      4 * (40 * 56 + 56 * 24)),
-    ("sgemm_bytes odd", check.sgemm_bytes, dict(M=17, N=33, K=5), S1.sgemm_bytes(17, 33, 5), 1),
-    ("softmax_intensity", check.softmax_intensity, dict(R=4096, C=4096), S1.answer_2, 5 / 8),
-    ("compute_bound_tile", check.compute_bound_tile, dict(device="A100", size=4096), S1.answer_3,
+    ("sgemm_bytes odd", lab01.sgemm_bytes, dict(M=17, N=33, K=5), S1.sgemm_bytes(17, 33, 5), 1),
+    ("softmax_intensity", lab01.softmax_intensity, dict(R=4096, C=4096), S1.answer_2, 5 / 8),
+    ("compute_bound_tile", lab01.compute_bound_tile, dict(device="A100", size=4096), S1.answer_3,
      16),
-    ("free_flops", check.free_flops, dict(R=4096, C=4096, device="H100"), S1.answer_4, 20.0),
-    ("naive_nn_bytes", check.naive_nn_bytes, dict(B=1, H=2, N=100, d=32), S2.answer_1,
+    ("free_flops", lab01.free_flops, dict(R=4096, C=4096, device="H100"), S1.answer_4, 20.0),
+    ("naive_nn_bytes", lab02.naive_nn_bytes, dict(B=1, H=2, N=100, d=32), S2.answer_1,
      2 * 4 * 2 * 100 * 100),
-    ("naive_nn_bytes odd", check.naive_nn_bytes, dict(B=3, H=1, N=37, d=16),
+    ("naive_nn_bytes odd", lab02.naive_nn_bytes, dict(B=3, H=1, N=37, d=16),
      S2.naive_nn_bytes(3, 1, 37, 16), 7),
-    ("naive_saved_bytes", check.naive_saved_bytes, dict(B=64, H=16, N=1024, d=64), S2.answer_2,
+    ("naive_saved_bytes", lab02.naive_saved_bytes, dict(B=64, H=16, N=1024, d=64), S2.answer_2,
      2 * S2.answer_2),
-    ("traffic_exponent", check.traffic_exponent, dict(d=64), S2.answer_3, 1),
-    ("softmax_backward", check.softmax_backward, {}, S3.softmax_backward, lambda P, dP: P * dP),
-    ("store_p_reads", check.store_p_reads, dict(B=1, H=2, N=100, d=32), S3.answer_2,
+    ("traffic_exponent", lab02.traffic_exponent, dict(d=64), S2.answer_3, 1),
+    ("softmax_backward", lab03.softmax_backward, {}, S3.softmax_backward, lambda P, dP: P * dP),
+    ("store_p_reads", lab03.store_p_reads, dict(B=1, H=2, N=100, d=32), S3.answer_2,
      4 * 2 * 100 * 100),
-    ("store_p_reads odd", check.store_p_reads, dict(B=2, H=3, N=45, d=128),
+    ("store_p_reads odd", lab03.store_p_reads, dict(B=2, H=3, N=45, d=128),
      S3.store_p_reads(2, 3, 45, 128), 3),
-    ("online_merge", check.online_merge, {}, S4.merge,
+    ("online_merge", lab04.online_merge, {}, S4.merge,
      lambda m_a, l_a, m_b, l_b: (np.maximum(m_a, m_b), l_a + l_b)),
-    ("flash_tile_rows", check.flash_tile_rows, dict(d=128, Bc=16), S4.answer_2, 64),
-    ("flash_tile_rows d=64", check.flash_tile_rows, dict(d=64, Bc=32),
+    ("flash_tile_rows", lab04.flash_tile_rows, dict(d=128, Bc=16), S4.answer_2, 64),
+    ("flash_tile_rows d=64", lab04.flash_tile_rows, dict(d=64, Bc=32),
      S4.flash_tile_rows(64, 32), 8),
-    ("flash_saved_bytes", check.flash_saved_bytes, dict(B=64, H=16, N=1024, d=64), S4.answer_3,
+    ("flash_saved_bytes", lab04.flash_saved_bytes, dict(B=64, H=16, N=1024, d=64), S4.answer_3,
      4 * 64 * 16 * 1024 * 64),
-    ("recompute_flops", check.recompute_flops, dict(B=1, H=2, N=100, d=32), S5.answer_1,
+    ("recompute_flops", lab05.recompute_flops, dict(B=1, H=2, N=100, d=32), S5.answer_1,
      S5.answer_1 // 2),
-    ("hfu_over_mfu", check.hfu_over_mfu, dict(B=64, H=16, N=1024, d=64), S5.answer_3, 10 / 8),
-    ("fig2_bytes_ratio", check.fig2_bytes_ratio, dict(B=64, H=16, N=1024, d=64), S5.answer_2,
+    ("hfu_over_mfu", lab05.hfu_over_mfu, dict(B=64, H=16, N=1024, d=64), S5.answer_3, 10 / 8),
+    ("fig2_bytes_ratio", lab05.fig2_bytes_ratio, dict(B=64, H=16, N=1024, d=64), S5.answer_2,
      40.3 / 4.4),
-    ("mask_bytes", check.mask_bytes, dict(B=64, H=16, N=1024), S6.answer_1, 4 * S6.answer_1),
-    ("deterministic_flops_ratio", check.deterministic_flops_ratio,
+    ("mask_bytes", lab06.mask_bytes, dict(B=64, H=16, N=1024), S6.answer_1, 4 * S6.answer_1),
+    ("deterministic_flops_ratio", lab06.deterministic_flops_ratio,
      dict(B=64, H=16, N=1024, d=64), S6.answer_2, 1.0),
-    ("least_memory_segments", check.least_memory_segments, dict(prof=P7), S7.answer_1, 6),
-    ("checkpoint_flops_ratio", check.checkpoint_flops_ratio, dict(prof=P7), S7.answer_2, 2.0),
-    ("schedule_for_budget", check.schedule_for_budget, dict(prof=P8, fraction=0.4),
+    ("least_memory_segments", lab07.least_memory_segments, dict(prof=P7), S7.answer_1, 6),
+    ("checkpoint_flops_ratio", lab07.checkpoint_flops_ratio, dict(prof=P7), S7.answer_2, 2.0),
+    ("schedule_for_budget", lab08.schedule_for_budget, dict(prof=P8, fraction=0.4),
      S8.answer_1, "sqrt"),
-    ("korthikanti_bytes", check.korthikanti_bytes, GPT3, S8.answer_2, 34 * 2048 * 12288),
-    ("selective_saving", check.selective_saving, GPT3, S8.answer_3, 100 * S8.answer_3),
+    ("korthikanti_bytes", lab08.korthikanti_bytes, GPT3, S8.answer_2, 34 * 2048 * 12288),
+    ("selective_saving", lab08.selective_saving, GPT3, S8.answer_3, 100 * S8.answer_3),
 ]
 IDS = [c[0] for c in CASES]
 
@@ -109,7 +109,7 @@ def broken(*args):
     raise ZeroDivisionError("oops")
 
 
-@pytest.mark.parametrize("checker", [check.softmax_backward, check.online_merge])
+@pytest.mark.parametrize("checker", [lab03.softmax_backward, lab04.online_merge])
 def test_function_exercises(checker):
     assert checker(placeholder) == "not answered yet"
     assert checker(broken) == "wrong, because your function raised ZeroDivisionError: oops"
@@ -118,41 +118,41 @@ def test_function_exercises(checker):
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")  # a slip's own
 def test_the_usual_slips_get_their_own_reason():
-    assert "ceil(N/16)" in check.sgemm_bytes(4 * (40 * 56 + 56 * 24 + 40 * 24), 40, 24, 56)
-    assert "elements" in check.sgemm_bytes(S1.answer_1 / 4, 40, 24, 56)
-    assert "reads x twice" in check.softmax_intensity(5 / 8, 4096, 4096)
-    assert "below the ridge" in check.compute_bound_tile(38)
-    assert "smallest" in check.compute_bound_tile(64)
-    assert "sum to 0" in check.softmax_backward(lambda P, dP: P * dP)
-    dS = check.softmax_backward(lambda P, dP: dP - (P * dP).sum(axis=1, keepdims=True))
+    assert "ceil(N/16)" in lab01.sgemm_bytes(4 * (40 * 56 + 56 * 24 + 40 * 24), 40, 24, 56)
+    assert "elements" in lab01.sgemm_bytes(S1.answer_1 / 4, 40, 24, 56)
+    assert "reads x twice" in lab01.softmax_intensity(5 / 8, 4096, 4096)
+    assert "below the ridge" in lab01.compute_bound_tile(38)
+    assert "smallest" in lab01.compute_bound_tile(64)
+    assert "sum to 0" in lab03.softmax_backward(lambda P, dP: P * dP)
+    dS = lab03.softmax_backward(lambda P, dP: dP - (P * dP).sum(axis=1, keepdims=True))
     assert "factor P_ij" in dS
-    unshifted = check.online_merge(lambda m_a, l_a, m_b, l_b: (
+    unshifted = lab04.online_merge(lambda m_a, l_a, m_b, l_b: (
         np.zeros_like(m_a), l_a * np.exp(m_a) + l_b * np.exp(m_b)))
     assert "not finite" in unshifted
-    one_sided = check.online_merge(lambda m_a, l_a, m_b, l_b: (m_b, l_a * np.exp(m_a - m_b) + l_b))
+    one_sided = lab04.online_merge(lambda m_a, l_a, m_b, l_b: (m_b, l_a * np.exp(m_a - m_b) + l_b))
     assert "not the row max" in one_sided
-    assert "larger multiple" in check.flash_tile_rows(48)
-    assert "over the" in check.flash_tile_rows(64)
-    assert "multiple of 8" in check.flash_tile_rows(50)
-    assert "L = m + log l" in check.flash_saved_bytes(4 * 64 * 16 * 1024 * 64, 64, 16, 1024, 64)
+    assert "larger multiple" in lab04.flash_tile_rows(48)
+    assert "over the" in lab04.flash_tile_rows(64)
+    assert "multiple of 8" in lab04.flash_tile_rows(50)
+    assert "L = m + log l" in lab04.flash_saved_bytes(4 * 64 * 16 * 1024 * 64, 64, 16, 1024, 64)
 
 
 def test_schedule_answers_in_every_form():
-    from ckptlab import schedules
-    from ckptlab.checkpoint import Seg
+    from ckptlab.recompute import schedules
+    from ckptlab.recompute.checkpoint import Seg
 
     budget = dict(prof=P8, fraction=0.4)
-    assert check.schedule_for_budget(schedules.Schedule("mine", S8.answer_1), **budget) == "right"
-    assert "DP's own answer" in check.schedule_for_budget("optimal(40%)", **budget)
-    assert "over the budget" in check.schedule_for_budget("selective(matmul)", **budget)
-    assert "no fewer than sqrt" in check.schedule_for_budget("every(2)", **budget)
-    assert "cannot be built" in check.schedule_for_budget("every(two)", **budget)
-    assert "cannot be" in check.schedule_for_budget([Seg([0, 1]), 3], **budget)  # not a cover
-    assert "more segments" in check.least_memory_segments(2, P7)
-    assert "fewer segments" in check.least_memory_segments(32, P7)
-    assert "whole number" in check.least_memory_segments(0, P7)
+    assert lab08.schedule_for_budget(schedules.Schedule("mine", S8.answer_1), **budget) == "right"
+    assert "DP's own answer" in lab08.schedule_for_budget("optimal(40%)", **budget)
+    assert "over the budget" in lab08.schedule_for_budget("selective(matmul)", **budget)
+    assert "no fewer than sqrt" in lab08.schedule_for_budget("every(2)", **budget)
+    assert "cannot be built" in lab08.schedule_for_budget("every(two)", **budget)
+    assert "cannot be" in lab08.schedule_for_budget([Seg([0, 1]), 3], **budget)  # not a cover
+    assert "more segments" in lab07.least_memory_segments(2, P7)
+    assert "fewer segments" in lab07.least_memory_segments(32, P7)
+    assert "whole number" in lab07.least_memory_segments(0, P7)
 
 
 def test_verdict_displays_bare():
-    v = check.sgemm_bytes(S1.answer_1, 40, 24, 56)
+    v = lab01.sgemm_bytes(S1.answer_1, 40, 24, 56)
     assert repr(v) == "right" and isinstance(v, str)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from ckptlab import device, measure
+from ckptlab.measure import ncu, timing
 
 gpu = pytest.mark.skipif(not device.cuda_available(), reason="no CUDA device visible to CuPy")
 
@@ -117,13 +118,13 @@ def test_cupy_peak_accounting_with_a_stand_in_pool():
         pool.free(1000)
         pool.malloc(500)
 
-    assert measure._peak_cupy(fn, _fake_cupy(pool)) == 4000
+    assert timing._peak_cupy(fn, _fake_cupy(pool)) == 4000
 
     def sneaky():  # an allocation the hooks never saw, as from another thread
         pool.used += 512
 
     with pytest.raises(RuntimeError, match="another thread"):
-        measure._peak_cupy(sneaky, _fake_cupy(pool))
+        timing._peak_cupy(sneaky, _fake_cupy(pool))
 
 
 @gpu
@@ -250,7 +251,7 @@ def test_ncu_command_filters_kernels_and_asks_for_bytes():
 
 
 def test_measure_hbm_bytes_says_when_ncu_is_missing(monkeypatch):
-    monkeypatch.setattr(measure.shutil, "which", lambda name: None)
+    monkeypatch.setattr(ncu.shutil, "which", lambda name: None)
     assert measure.ncu_available() is False
     with pytest.raises(RuntimeError, match="not on the PATH"):
         measure.measure_hbm_bytes("pass")

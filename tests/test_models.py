@@ -5,8 +5,9 @@ the broken RNG mode does not."""
 import numpy as np
 import pytest
 
-from ckptlab import autograd, models, schedules
-from ckptlab.autograd import Tensor
+from ckptlab import engine, models
+from ckptlab.engine import Tensor
+from ckptlab.recompute import schedules
 
 torch = pytest.importorskip("torch", reason="PyTorch is the independent oracle here")
 R = np.random.default_rng(11)
@@ -24,7 +25,7 @@ def gpt(attn="flash", backend="numpy", width=8, heads=2):
 
 
 def engine_grads(model, x, y, schedule="none", **kwargs):
-    autograd.manual_seed(21)
+    engine.manual_seed(21)
     model.zero_grad()
     loss = model.loss(Tensor(x), y, schedule=schedule, **kwargs)
     loss.backward()
@@ -41,7 +42,7 @@ def close(got, want, rtol):
 
 
 def torch_grads(model, x, y):
-    autograd.manual_seed(21)  # the twin reads the engine's RNG state for its mask offsets
+    engine.manual_seed(21)  # the twin reads the engine's RNG state for its mask offsets
     stages, params = models.torch_stages(model, y)
     h = torch.as_tensor(x)
     for stage in stages:
@@ -103,9 +104,9 @@ def test_naive_and_flash_attention_train_the_same_gpt():
 
 
 def test_gpt_on_the_attention_kernels():
-    """The attention op on ckptlab.attention's fp32 kernels (the emulator on a CPU) against the
+    """The attention op on ckptlab.kernels's fp32 kernels (the emulator on a CPU) against the
     float64 NumPy backend: relative error per gradient within 1e-4 (fp32 through 3 layers)."""
-    pytest.importorskip("ckptlab.attention", reason="ckptlab.attention is not written yet")
+    pytest.importorskip("ckptlab.kernels", reason="ckptlab.kernels is not written yet")
     ref, x, y = gpt("flash", "numpy", width=32, heads=2)  # d = 16, the kernels' smallest
     _, want = engine_grads(ref, x, y)
     for attn in ("naive", "flash"):

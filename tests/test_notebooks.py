@@ -33,8 +33,9 @@ def test_stored_without_outputs(path):
 def test_has_two_checked_exercises(path):
     code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells
                      if c.cell_type == "code")
-    assert "import exercises as check" in code
-    assert len(set(re.findall(r"\bcheck\.(\w+)\(", code))) >= 2
+    lab = path.name[:2]
+    assert f"from ckptlab.exercises import lab{lab} as exercise" in code
+    assert len(set(re.findall(r"\bexercise\.(\w+)\(", code))) >= 2
     assert "labs.solutions" not in code and "solutions/" not in code  # never the answers
 
 
@@ -76,7 +77,7 @@ def test_worked_solutions_are_right_in_the_notebook(path, monkeypatch):
         src = re.sub(r"^(answer_\d+) = \.\.\.$", r"\1 = SOL.\1", cell.source, flags=re.M)
         cell.source = re.sub(r"^def (\w+)\(.*\):\n    return \.\.\..*$", r"\1 = SOL.\1", src,
                              flags=re.M)
-        if re.search(r"^check\.\w+\(", cell.source, flags=re.M):
+        if re.search(r"^exercise\.\w+\(", cell.source, flags=re.M):
             checked.append(k)
     assert len(checked) >= 2, "expected at least two checked exercises"
     nb.cells.insert(1, nbformat.v4.new_code_cell(load))

@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from ckptlab import autograd, ledger, ops, rng
-from ckptlab.autograd import Tensor, gradcheck
+from ckptlab import engine, rng
+from ckptlab.engine import Tensor, gradcheck, layers, ops
+from ckptlab.recompute import ledger
 
 R = np.random.default_rng(42)
 
@@ -46,10 +47,10 @@ CASES = {
     "log": (lambda x: ops.log(x), ["pos(4, 5)"]),
     "softmax": (lambda x: ops.softmax(x, axis=-1), [(3, 5)]),
     "softmax_axis0": (lambda x: ops.softmax(x, axis=0), [(3, 5)]),
-    "layernorm": (lambda x, w, b: ops.layernorm(x, w, b), [(2, 3, 6), (6,), (6,)]),
-    "layernorm_plain": (lambda x: ops.layernorm(x), [(4, 6)]),
-    "dropout": (lambda x: ops.dropout(x, 0.3), [(5, 7)]),
-    "cross_entropy": (lambda z: ops.cross_entropy(z, np.array([[1, 0, 4], [2, 2, 3]])),
+    "layernorm": (lambda x, w, b: layers.layernorm(x, w, b), [(2, 3, 6), (6,), (6,)]),
+    "layernorm_plain": (lambda x: layers.layernorm(x), [(4, 6)]),
+    "dropout": (lambda x: layers.dropout(x, 0.3), [(5, 7)]),
+    "cross_entropy": (lambda z: layers.cross_entropy(z, np.array([[1, 0, 4], [2, 2, 3]])),
                       [(2, 3, 5)]),
 }
 
@@ -73,7 +74,7 @@ def test_gradcheck(name):
 def test_gradcheck_embedding_with_repeated_indices():
     W = leaf(6, 3)
     idx = np.array([[0, 5, 0], [2, 5, 5]])  # repeats: their gradients must add up
-    assert gradcheck(lambda W: ops.embedding(W, idx), [W])
+    assert gradcheck(lambda W: layers.embedding(W, idx), [W])
 
 
 @pytest.mark.parametrize("impl", ["naive", "flash"])
@@ -81,13 +82,13 @@ def test_gradcheck_embedding_with_repeated_indices():
 @pytest.mark.parametrize("Nq,Nk", [(5, 5), (3, 6), (6, 3), (1, 4)])
 def test_gradcheck_attention(impl, causal, Nq, Nk):
     q, k, v = leaf(2, 2, Nq, 3), leaf(2, 2, Nk, 3), leaf(2, 2, Nk, 3)
-    assert gradcheck(lambda q, k, v: ops.attention(q, k, v, causal=causal, impl=impl), [q, k, v])
+    assert gradcheck(lambda q, k, v: layers.attention(q, k, v, causal=causal, impl=impl), [q, k, v])
 
 
 @pytest.mark.parametrize("impl", ["naive", "flash"])
 def test_gradcheck_attention_with_dropout(impl):
     q, k, v = leaf(1, 2, 4, 3), leaf(1, 2, 5, 3), leaf(1, 2, 5, 3)
-    assert gradcheck(lambda q, k, v: ops.attention(q, k, v, causal=True, impl=impl,
+    assert gradcheck(lambda q, k, v: layers.attention(q, k, v, causal=True, impl=impl,
                                                    dropout_p=0.25, scale=0.7), [q, k, v])
 
 
@@ -99,7 +100,7 @@ def test_gradcheck_catches_a_wrong_gradient():
             xn.add_grad(g * X)
 
         X = x.data
-        return autograd.make(x.data * x.data, "bad", (x,), backward, saved=(x,))
+        return engine.tensor.make(x.data * x.data, "bad", (x,), backward, saved=(x,))
 
     with pytest.raises(AssertionError, match="analytic"):
         gradcheck(bad_square, [leaf(3)])
@@ -135,8 +136,8 @@ def reference_attention(q, k, v, causal, scale, p, seed, offset):
 @pytest.mark.parametrize("causal,Nq,Nk", [(False, 4, 4), (True, 3, 5), (True, 5, 3)])
 def test_attention_matches_loop_reference(impl, causal, Nq, Nk):
     q, k, v = leaf(2, 2, Nq, 3), leaf(2, 2, Nk, 3), leaf(2, 2, Nk, 3)
-    autograd.manual_seed(11)
-    O = ops.attention(q, k, v, causal=causal, impl=impl, dropout_p=0.3)
+    engine.manual_seed(11)
+    O = layers.attention(q, k, v, causal=causal, impl=impl, dropout_p=0.3)
     ref = reference_attention(q.data, k.data, v.data, causal, 1 / math.sqrt(3), 0.3, 11, 0)
     np.testing.assert_allclose(O.data, ref, rtol=1e-12, atol=1e-14)  # float64 both ways
 
@@ -148,7 +149,7 @@ def test_naive_and_flash_agree_and_masked_rows_are_zero():
     for impl in ("naive", "flash"):
         for t in (q, k, v):
             t.grad = None
-        O = ops.attention(q, k, v, causal=True, impl=impl)
+        O = layers.attention(q, k, v, causal=True, impl=impl)
         O.backward(dO)
         assert np.all(O.data[:, :, :3] == 0.0)  # rows 0..2 see no key (bottom-right mask)
         grads[impl] = [t.grad.copy() for t in (q, k, v)]
@@ -166,7 +167,7 @@ def test_ledger_shows_naive_keeps_P_and_flash_keeps_O_and_L():
     expected = {"naive": qkv + B * H * N * N * 8, "flash": qkv + B * H * N * d * 8 + B * H * N * 8}
     for impl, nbytes in expected.items():
         with ledger.record() as led:
-            O = ops.attention(q, k, v, impl=impl)
+            O = layers.attention(q, k, v, impl=impl)
             assert led.bytes == nbytes
             O.backward(np.ones_like(O.data))
             assert led.bytes == 0
@@ -175,8 +176,8 @@ def test_ledger_shows_naive_keeps_P_and_flash_keeps_O_and_L():
 
 
 def test_kernels_backend_matches_numpy_backend():
-    """Runs once ckptlab.attention (the CUDA/emulator kernels of the attention issue) exists."""
-    pytest.importorskip("ckptlab.attention", reason="ckptlab.attention is not written yet")
+    """Runs once ckptlab.kernels (the CUDA/emulator kernels of the attention issue) exists."""
+    pytest.importorskip("ckptlab.kernels", reason="ckptlab.kernels is not written yet")
     for impl in ("naive", "flash"):
         q, k, v = (Tensor(R.standard_normal((1, 2, 17, 16)), requires_grad=True)
                    for _ in range(3))  # d = 16: the kernels' smallest head dim
@@ -185,8 +186,8 @@ def test_kernels_backend_matches_numpy_backend():
         for backend in ("numpy", "kernels"):
             for t in (q, k, v):
                 t.grad = None
-            autograd.manual_seed(3)
-            O = ops.attention(q, k, v, causal=True, impl=impl, dropout_p=0.1, backend=backend)
+            engine.manual_seed(3)
+            O = layers.attention(q, k, v, causal=True, impl=impl, dropout_p=0.1, backend=backend)
             O.backward(dO)
             out[backend] = [O.data] + [t.grad for t in (q, k, v)]
         for a, b in zip(out["numpy"], out["kernels"], strict=True):  # fp32 kernels, fp64 truth
@@ -221,7 +222,7 @@ def test_attention_closure_holds_only_what_the_ledger_counts(impl):
     q, k, v = (Tensor(R.standard_normal((1, 2, 5, 3)), requires_grad=True, param=False)
                for _ in range(3))
     with ledger.record() as led:
-        out = ops.attention(q, k, v, causal=True, impl=impl, dropout_p=0.2)
+        out = layers.attention(q, k, v, causal=True, impl=impl, dropout_p=0.2)
         held = {id(ledger.root_buffer(a)) for a, _, _ in led._held.values()}
         for cell in _closure_arrays(out.node.backward):
             assert not isinstance(cell, Tensor)
@@ -251,15 +252,15 @@ def test_matmul_and_linear_flops():
     (lambda: leaf(3, 4) + leaf(5,), r"\(3, 4\) and \(5,\)"),
     (lambda: ops.linear(leaf(2, 3), leaf(4, 5)), r"x \(2, 3\).*W \(4, 5\)"),
     (lambda: ops.linear(leaf(2, 4), leaf(4, 5), leaf(4)), r"bias of shape \(4,\)"),
-    (lambda: ops.layernorm(leaf(2, 4), leaf(3)), r"\(3,\) for x \(2, 4\)"),
-    (lambda: ops.attention(leaf(1, 2, 3, 4), leaf(1, 2, 5, 3), leaf(1, 2, 5, 3)),
+    (lambda: layers.layernorm(leaf(2, 4), leaf(3)), r"\(3,\) for x \(2, 4\)"),
+    (lambda: layers.attention(leaf(1, 2, 3, 4), leaf(1, 2, 5, 3), leaf(1, 2, 5, 3)),
      r"q \(1, 2, 3, 4\), k \(1, 2, 5, 3\)"),
-    (lambda: ops.cross_entropy(leaf(2, 5), np.array([1, 2, 3])), r"targets \(3,\).*\(2, 5\)"),
-    (lambda: ops.cross_entropy(leaf(2, 5), np.array([1, 7])), r"\[0, 5\)"),
-    (lambda: ops.embedding(leaf(4, 2), np.array([4])), r"\[0, 4\)"),
+    (lambda: layers.cross_entropy(leaf(2, 5), np.array([1, 2, 3])), r"targets \(3,\).*\(2, 5\)"),
+    (lambda: layers.cross_entropy(leaf(2, 5), np.array([1, 7])), r"\[0, 5\)"),
+    (lambda: layers.embedding(leaf(4, 2), np.array([4])), r"\[0, 4\)"),
     (lambda: ops.reshape(leaf(3, 4), 5, 2), r"\(3, 4\) into \(5, 2\)"),
     (lambda: ops.split_heads(leaf(2, 3, 5), 2), r"heads=2.*\(2, 3, 5\)"),
-    (lambda: ops.dropout(leaf(3), 1.0), r"\[0, 1\)"),
+    (lambda: layers.dropout(leaf(3), 1.0), r"\[0, 1\)"),
 ])
 def test_bad_shapes_raise_errors_naming_them(call, pattern):
     with pytest.raises(ValueError, match=pattern):

@@ -4,7 +4,7 @@ exists, the axes carry units, the derived title states the takeaway computed by 
 import numpy as np
 import pytest
 
-from ckptlab import plots
+from ckptlab.measure import plots
 
 N = [256, 512, 1024, 2048, 4096]
 MIB = 1024 * 1024

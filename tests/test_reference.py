@@ -121,11 +121,11 @@ def test_tiled_flash_equals_textbook(causal, p, Nq, Nk):
     formulas (float64: only rounding differs). Odd tile sizes exercise the tails."""
     q, k, v, dO = inputs(1, 2, Nq, Nk, 8, seed=4)
     O, L = ref.forward(q, k, v, causal, None, p, seed=9, offset=4)
-    O_t, L_t = ref.flash_forward(q, k, v, causal, None, p, seed=9, offset=4, Br=16, Bc=8)
+    O_t, L_t = ref.tiled_forward(q, k, v, causal, None, p, seed=9, offset=4, Br=16, Bc=8)
     assert np.max(np.abs(O_t - O)) < 1e-12
     assert np.array_equal(L, L_t) or np.allclose(L, L_t, rtol=1e-13, atol=0)
     grads = ref.backward(dO, q, k, v, causal, None, p, seed=9, offset=4)
-    grads_t = ref.flash_backward(dO, q, k, v, O_t, L_t, causal, None, p, seed=9, offset=4,
+    grads_t = ref.tiled_backward(dO, q, k, v, O_t, L_t, causal, None, p, seed=9, offset=4,
                                  Br=8, Bc=16)
     for g, g_t in zip(grads, grads_t, strict=True):
         assert np.max(np.abs(g_t - g)) < 1e-12

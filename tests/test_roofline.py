@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from ckptlab import roofline
+from ckptlab.measure import roofline
 
 FIELDS = ("fp32_flops", "tensor16_flops", "hbm_bytes_per_s", "l2_bytes", "smem_per_sm_bytes")
 
@@ -55,7 +55,7 @@ def test_a100_fp32_by_hand():
 
 
 def test_flashattention_fig2_on_a100_by_hand():
-    # FA1 paper Fig. 2 (REFERENCES.md), fp16 on tensor cores (312e12 FLOP/s), 2.039e12 B/s.
+    # FA1 paper Fig. 2 (docs/references.md), fp16 on tensor cores (312e12 FLOP/s), 2.039e12 B/s.
     # standard: 66.6 GFLOPs, 40.3 GB -> compute 0.2135 ms, memory 19.765 ms: memory-bound.
     # flash:    75.2 GFLOPs,  4.4 GB -> compute 0.2410 ms, memory  2.158 ms: memory-bound.
     std = roofline.modeled_time(66.6e9, 40.3e9, "a100", "fp16")

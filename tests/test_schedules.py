@@ -7,10 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from ckptlab import autograd, ledger, models, plots, schedules
-from ckptlab.autograd import Tensor
-from ckptlab.checkpoint import Seg
-from ckptlab.schedules_dp import revolve_cost
+from ckptlab import engine, models
+from ckptlab.engine import Tensor
+from ckptlab.measure import plots
+from ckptlab.recompute import ledger, profile, schedules
+from ckptlab.recompute.checkpoint import Seg
+from ckptlab.recompute.optimal import revolve_cost
 
 R = np.random.default_rng(5)
 
@@ -26,7 +28,7 @@ def gpt_case(attn="flash"):
 
 
 def measure(model, x, y, schedule):
-    autograd.manual_seed(7)
+    engine.manual_seed(7)
     model.zero_grad()
     with ledger.record() as led:
         model.loss(Tensor(x), y, schedule=schedule).backward()
@@ -102,9 +104,9 @@ def all_plans(c, d, held, fixed):
 
 
 def synthetic(in_bytes, internal, saves_input, flops, first=0, n_blocks=None):
-    stages = [ledger.StageProfile(x, 0, {"a": a, **({"in": x} if s else {})}, f, 2 * f, 0)
+    stages = [profile.StageProfile(x, 0, {"a": a, **({"in": x} if s else {})}, f, 2 * f, 0)
               for x, a, s, f in zip(in_bytes, internal, saves_input, flops, strict=True)]
-    return ledger.Profile(stages, first, n_blocks or len(stages))
+    return profile.Profile(stages, first, n_blocks or len(stages))
 
 
 def test_all_plans_counts_are_right():

@@ -23,7 +23,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SHIM = HERE / "shim.h"
-RUNTIME = [HERE / "runtime.h", HERE / "scheduler.cpp", HERE / "memory.cpp", HERE / "launch.cpp"]
+RUNTIME = [HERE / "abi.h", HERE / "runtime.h", HERE / "scheduler.cpp", HERE / "memory.cpp",
+           HERE / "launch.cpp"]
 
 BASE_FLAGS = [
     "-std=c++20", "-O2", "-g", "-fPIC", "-fvisibility=hidden",

@@ -70,10 +70,6 @@ class Launch:
     def atomic_bytes(self) -> int:
         return sum(a.atomic_bytes for a in self.args.values())
 
-    @property
-    def threads_per_second(self) -> float:
-        return self.threads / self.seconds if self.seconds > 0 else float("inf")
-
     def table(self) -> str:
         """A readable per-argument table of this launch's global traffic."""
         rows = [f"{self.kernel}  grid={self.grid} block={self.block} ({self.mode}, "

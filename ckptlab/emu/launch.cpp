@@ -300,7 +300,8 @@ EMU_API int emu_launch(void (*launcher)(void**), void** args, const uint32_t* gr
     g_dyn_lo = reinterpret_cast<uintptr_t>(emu_dynamic_shared);
     g_dyn_size = shared_bytes;
     const size_t k = static_cast<size_t>(cfg->kernel) % kMaxKernels;
-    if (g_static_by_kernel[k] + shared_bytes > (cfg->shared_opt_in ? 227 : 48) * 1024) {
+    if (g_static_by_kernel[k] + shared_bytes >
+        (cfg->shared_opt_in ? EMU_SHARED_OPTIN_LIMIT : EMU_SHARED_STATIC_LIMIT)) {
         set_fault(F_CONFIG, nullptr, nullptr, 0,
                   "shared memory over a GPU's limit: %zu bytes static + %llu dynamic (at most "
                   "48 KiB together unless max_dynamic_shared_size_bytes is raised; 227 KiB "
@@ -349,4 +350,25 @@ EMU_API const Fault* emu_fault() { return &g_fault; }
 EMU_API uint64_t emu_static_shared(int kernel) {
     return g_static_by_kernel[static_cast<size_t>(kernel) % kMaxKernels];
 }
-EMU_API int emu_abi_version() { return 1; }
+EMU_API int emu_abi_version() { return EMU_ABI_VERSION; }
+// "Struct.field@offset+size,..." for every field Python's ctypes mirrors (ckptlab/emu/abi.py)
+EMU_API const char* emu_abi_layout() {
+    static char out[1024];
+    int n = 0;
+#define EMU_FIELD(S, f)                                                                       \
+    n += snprintf(out + n, sizeof out - n, "%s%s.%s@%zu+%zu", n ? "," : "", #S, #f,         \
+                  offsetof(S, f), sizeof(((S*)nullptr)->f))
+    EMU_FIELD(Buf, lo); EMU_FIELD(Buf, size); EMU_FIELD(Buf, arg);
+    EMU_FIELD(Config, counted); EMU_FIELD(Config, race_check); EMU_FIELD(Config, stack_kib);
+    EMU_FIELD(Config, shuffle_blocks); EMU_FIELD(Config, watchdog_s); EMU_FIELD(Config, seed);
+    EMU_FIELD(Config, kernel); EMU_FIELD(Config, shared_opt_in);
+    EMU_FIELD(Counters, read); EMU_FIELD(Counters, write); EMU_FIELD(Counters, atomic_ops);
+    EMU_FIELD(Counters, atomic_bytes); EMU_FIELD(Counters, shared_read);
+    EMU_FIELD(Counters, shared_write); EMU_FIELD(Counters, shared_atomics);
+    EMU_FIELD(Counters, threads); EMU_FIELD(Counters, blocks);
+    EMU_FIELD(Fault, kind); EMU_FIELD(Fault, has_thread); EMU_FIELD(Fault, block);
+    EMU_FIELD(Fault, thread); EMU_FIELD(Fault, pc); EMU_FIELD(Fault, line);
+    EMU_FIELD(Fault, file); EMU_FIELD(Fault, message);
+#undef EMU_FIELD
+    return out;
+}

@@ -16,15 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-from . import config
+from . import abi, config
 from .build import EmuError, build_module, source_line
 from .counters import ArgTraffic, Launch, _publish
 
-MAX_ARGS = 64
-BLOCK_LIMITS, MAX_BLOCK_THREADS = (1024, 1024, 64), 1024
-GRID_LIMITS = (2**31 - 1, 65535, 65535)
-DEFAULT_SHARED_LIMIT = 48 * 1024  # beyond it a GPU launch needs max_dynamic_shared_size_bytes
-
+MAX_BLOCK_THREADS = abi.MAX_BLOCK_THREADS
+DEFAULT_SHARED_LIMIT = abi.SHARED_STATIC_LIMIT  # beyond it a GPU launch must opt in
 DTYPES = {
     "float": np.float32, "double": np.float64, "int": np.int32, "unsigned int": np.uint32,
     "long long": np.int64, "unsigned long long": np.uint64, "long": np.int64,
@@ -35,8 +32,6 @@ DTYPES = {
 }
 VECTOR_BYTES = {"float2": 8, "float4": 16, "int2": 8, "int4": 16, "uint2": 8, "uint4": 16,
                 "double2": 16}
-FAULT_NAMES = {1: "barrier", 2: "warp", 3: "access", 4: "race", 5: "stack", 6: "signal",
-               7: "watchdog", 8: "interrupt", 9: "trap", 10: "config"}
 _LAUNCH_LOCK = threading.Lock()  # one launch at a time per process (signals are global)
 _seeds = random.Random()  # block orders of shuffled launches: a fresh order each launch
 
@@ -48,32 +43,6 @@ def _next_seed() -> int:
 
 class EmuArgumentError(EmuError, TypeError):
     """Arguments that don't match the kernel's parameters (also a TypeError)."""
-
-
-class _Buf(ctypes.Structure):
-    _fields_ = [("lo", ctypes.c_uint64), ("size", ctypes.c_uint64), ("arg", ctypes.c_int32),
-                ("pad", ctypes.c_int32)]
-
-
-class _Config(ctypes.Structure):
-    _fields_ = [("counted", ctypes.c_int32), ("race_check", ctypes.c_int32),
-                ("stack_kib", ctypes.c_int32), ("shuffle_blocks", ctypes.c_int32),
-                ("watchdog_s", ctypes.c_double), ("seed", ctypes.c_uint64),
-                ("kernel", ctypes.c_int32), ("shared_opt_in", ctypes.c_int32)]
-
-
-class _Counters(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_uint64 * MAX_ARGS)
-                for n in ("read", "write", "atomic_ops", "atomic_bytes")] + [
-        (n, ctypes.c_uint64)
-        for n in ("shared_read", "shared_write", "shared_atomics", "threads", "blocks")]
-
-
-class _Fault(ctypes.Structure):
-    _fields_ = [("kind", ctypes.c_int32), ("has_thread", ctypes.c_int32),
-                ("block", ctypes.c_uint32 * 3), ("thread", ctypes.c_uint32 * 3),
-                ("pc", ctypes.c_uint64), ("line", ctypes.c_int32), ("pad", ctypes.c_int32),
-                ("file", ctypes.c_char * 256), ("message", ctypes.c_char * 2048)]
 
 
 # ---- finding kernels and their parameter names in the source --------------------------------
@@ -147,12 +116,13 @@ class RawModule:
         if mode not in self._libs:
             path = build_module(self.code, self.name, self._expressions, self.options, mode)
             lib = ctypes.CDLL(str(path))
+            abi.check_library(lib, path)
             lib.emu_launch.restype = ctypes.c_int
             lib.emu_launch.argtypes = [
                 ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32),
-                ctypes.POINTER(ctypes.c_uint32), ctypes.c_uint64, ctypes.POINTER(_Buf),
-                ctypes.c_int, ctypes.POINTER(_Config), ctypes.POINTER(_Counters)]
-            lib.emu_fault.restype = ctypes.POINTER(_Fault)
+                ctypes.POINTER(ctypes.c_uint32), ctypes.c_uint64, ctypes.POINTER(abi.Buf),
+                ctypes.c_int, ctypes.POINTER(abi.Config), ctypes.POINTER(abi.Counters)]
+            lib.emu_fault.restype = ctypes.POINTER(abi.Fault)
             self._libs[mode] = (lib, path)
         return self._libs[mode]
 
@@ -260,15 +230,15 @@ class Kernel:
                 holder = np.array(value, dtype=want)
                 keep.append(holder)
                 ptrs[i] = holder.ctypes.data
-        cbufs = (_Buf * max(1, len(bufs)))(*[_Buf(lo, n, a, 0) for lo, n, a in bufs])
+        cbufs = (abi.Buf * max(1, len(bufs)))(*[abi.Buf(lo, n, a, 0) for lo, n, a in bufs])
         return ptrs, keep, cbufs, len(bufs)
 
     def __call__(self, grid, block, args, *, shared_mem=0, stream=None,
                  enable_cooperative_groups=False):
-        grid = self._dims(grid, "grid", GRID_LIMITS)
-        block = self._dims(block, "block", BLOCK_LIMITS)
+        grid = self._dims(grid, "grid", abi.GRID_LIMITS)
+        block = self._dims(block, "block", abi.BLOCK_LIMITS)
         threads = block[0] * block[1] * block[2]
-        if threads > MAX_BLOCK_THREADS:
+        if threads > abi.MAX_BLOCK_THREADS:
             raise self._error(f"block {block} has {threads} threads; at most "
                               f"{MAX_BLOCK_THREADS} are allowed")
         shared_mem = int(shared_mem)
@@ -282,11 +252,11 @@ class Kernel:
         ptrs, keep, cbufs, nbuf = self._pack(args)
         s = config.current()
         lib, path = self.module._library(s.mode)
-        cfg = _Config(int(s.mode == "counted"), int(s.race_check), int(s.stack_kib),
+        cfg = abi.Config(int(s.mode == "counted"), int(s.race_check), int(s.stack_kib),
                       int(s.block_order == "shuffled"), float(s.watchdog_s),
                       _next_seed() if s.block_order == "shuffled" else 0, self.index,
                       int(self.max_dynamic_shared_size_bytes > DEFAULT_SHARED_LIMIT))
-        counters = _Counters()
+        counters = abi.Counters()
         launcher = ctypes.cast(getattr(lib, f"emu_launch_{self.index}"), ctypes.c_void_p)
         with _LAUNCH_LOCK:
             t0 = time.perf_counter()
@@ -311,8 +281,8 @@ class Kernel:
         _publish(launch)
         return launch
 
-    def _fault(self, f: _Fault, library: Path) -> BaseException:
-        kind = FAULT_NAMES.get(f.kind, "fault")
+    def _fault(self, f: abi.Fault, library: Path) -> BaseException:
+        kind = abi.FAULT_NAMES.get(f.kind, "fault")
         message = f.message.decode(errors="replace")
         for i, (_, n) in enumerate(self.params):
             message = message.replace(f"{{arg{i}}}", repr(n))

@@ -36,8 +36,8 @@ extern "C" void* emu_shared_alloc(size_t size, size_t align) {
     const size_t k = static_cast<size_t>(g_cfg.kernel) % kMaxKernels;
     g_static_by_kernel[k] += size;
     const size_t total = g_static_by_kernel[k] + g_dyn_size;
-    const size_t limit = g_cfg.shared_opt_in ? 227 * 1024 : 48 * 1024;
-    if (g_cur && (g_static_by_kernel[k] > 48 * 1024 || total > limit)) {
+    const size_t limit = g_cfg.shared_opt_in ? EMU_SHARED_OPTIN_LIMIT : EMU_SHARED_STATIC_LIMIT;
+    if (g_cur && (g_static_by_kernel[k] > EMU_SHARED_STATIC_LIMIT || total > limit)) {
         set_fault(F_CONFIG, __builtin_return_address(0), nullptr, 0,
                   "shared memory over a GPU's limit: %zu bytes static + %zu dynamic; a kernel "
                   "may have 48 KiB of static shared memory (ptxas refuses more), and static + "

@@ -10,7 +10,7 @@
 // hooks) and linked into every emulated kernel module. A launch is serial and may be abandoned
 // by siglongjmp, so its state lives in globals, defined in launch.cpp.
 #pragma once
-#include "shim.h"
+#include "shim.h"  // includes abi.h: fault and warp-op codes, limits, the ctypes structures
 
 #include <setjmp.h>
 #include <signal.h>
@@ -22,38 +22,24 @@
 // reach the globals directly (PC-relative) instead of through the GOT, on the hot paths.
 #pragma GCC visibility push(hidden)
 
-constexpr int kMaxThreads = 1024;
-constexpr int kMaxArgs = 64;
+constexpr int kMaxThreads = EMU_MAX_BLOCK_THREADS;
+constexpr int kMaxArgs = EMU_MAX_ARGS;
 constexpr size_t kGuard = 64 * 1024;  // PROT_NONE below each fiber stack
 constexpr size_t kArena = 1 << 20;    // the module's static shared memory (memory.cpp)
 constexpr size_t kMaxKernels = 256;
 
-enum State : uint8_t { READY, AT_BARRIER, AT_WARP, EXITED, ABORTED };
-enum FaultKind {
-    F_NONE = 0, F_BARRIER = 1, F_WARP = 2, F_ACCESS = 3, F_RACE = 4, F_STACK = 5,
-    F_SIGNAL = 6, F_WATCHDOG = 7, F_INTERRUPT = 8, F_TRAP = 9, F_CONFIG = 10
-};
-enum { OP_SYNCWARP = 7 };
+using Buf = EmuBuf;
+using Config = EmuConfig;
+using Counters = EmuCounters;
+using Fault = EmuFault;
 
-struct Buf { uint64_t lo, size; int32_t arg, pad; };  // one kernel-argument buffer (Python)
-struct Config {
-    int32_t counted, race_check, stack_kib, shuffle_blocks;
-    double watchdog_s;
-    uint64_t seed;            // of the block order when shuffle_blocks
-    int32_t kernel;           // which kernel of the module (its static shared memory, below)
-    int32_t shared_opt_in;    // 1 if max_dynamic_shared_size_bytes was raised above 48 KiB
-};
-struct Counters {
-    uint64_t read[kMaxArgs], write[kMaxArgs], atomic_ops[kMaxArgs], atomic_bytes[kMaxArgs];
-    uint64_t shared_read, shared_write, shared_atomics, threads, blocks;
-};
-struct Fault {
-    int32_t kind, has_thread;
-    uint32_t block[3], thread[3];
-    uint64_t pc;  // offset of the faulting instruction in this module (for addr2line), or 0
-    int32_t line, pad;
-    char file[256];
-    char message[2048];
+enum State : uint8_t { READY, AT_BARRIER, AT_WARP, EXITED, ABORTED };
+// fault kinds, by their short names (abi.h defines them)
+enum FaultKind {
+    F_NONE = EMU_F_NONE, F_BARRIER = EMU_F_BARRIER, F_WARP = EMU_F_WARP, F_ACCESS = EMU_F_ACCESS,
+    F_RACE = EMU_F_RACE, F_STACK = EMU_F_STACK, F_SIGNAL = EMU_F_SIGNAL,
+    F_WATCHDOG = EMU_F_WATCHDOG, F_INTERRUPT = EMU_F_INTERRUPT, F_TRAP = EMU_F_TRAP,
+    F_CONFIG = EMU_F_CONFIG
 };
 
 struct Fiber {

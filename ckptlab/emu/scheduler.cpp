@@ -239,7 +239,7 @@ static const char* op_name(int op) {
     static const char* names[] = {"__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
                                   "__shfl_xor_sync", "__ballot_sync", "__any_sync",
                                   "__all_sync", "__syncwarp"};
-    return op >= 0 && op <= OP_SYNCWARP ? names[op] : "warp op";
+    return op >= 0 && op <= EMU_SYNCWARP ? names[op] : "warp op";
 }
 
 static void complete_warp(Warp& w, int base, const char* file, int line) {
@@ -310,7 +310,7 @@ static unsigned long long warp_op(int op, unsigned mask, unsigned long long bits
     }
     if (!w.active) {
         w.active = true, w.op = op, w.mask = mask, w.arrived = 0, w.file = file, w.line = line;
-    } else if (w.op != op || w.mask != mask || (op != OP_SYNCWARP && w.line != line)) {
+    } else if (w.op != op || w.mask != mask || (op != EMU_SYNCWARP && w.line != line)) {
         set_fault(F_WARP, nullptr, file, line,
                   "lanes of one warp reached different warp operations: %s (mask 0x%08x) at "
                   "%s:%d and %s (mask 0x%08x) at %s:%d",
@@ -324,7 +324,7 @@ static unsigned long long warp_op(int op, unsigned mask, unsigned long long bits
         w.active = false;
         // Only __syncwarp orders the lanes' memory accesses (CUDA documents no ordering for
         // shuffles or votes), and only among the lanes of its mask.
-        if (op == OP_SYNCWARP) {
+        if (op == EMU_SYNCWARP) {
             ++g_sync_id;
             for (int a = 0; a < 32; ++a)
                 if ((mask >> a) & 1u)
@@ -344,7 +344,7 @@ extern "C" unsigned long long emu_warp_exchange(int op, unsigned mask, unsigned 
     return warp_op(op, mask, bits, arg, width, file, line);
 }
 extern "C" void emu_syncwarp(const char* file, int line, unsigned mask) {
-    warp_op(OP_SYNCWARP, mask, 0, 0, 32, file, line);
+    warp_op(EMU_SYNCWARP, mask, 0, 0, 32, file, line);
 }
 extern "C" unsigned emu_activemask(void) {
     unsigned m = 0;

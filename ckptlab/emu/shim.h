@@ -18,6 +18,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "abi.h"  // warp-operation codes and limits, shared with the runtime and Python
+
 // ---- qualifiers ---------------------------------------------------------------------------
 #define __global__
 #define __device__
@@ -106,9 +108,6 @@ inline void emu_syncwarp_(const char* f, int l, unsigned mask = 0xffffffffu) {
 #define __threadfence_block() ((void)0)
 #define __trap() emu_trap("__trap()", __FILE__, __LINE__)
 #define __brkpt() emu_trap("__brkpt()", __FILE__, __LINE__)
-
-enum { EMU_SHFL_IDX = 0, EMU_SHFL_UP = 1, EMU_SHFL_DOWN = 2, EMU_SHFL_XOR = 3,
-       EMU_BALLOT = 4, EMU_ANY = 5, EMU_ALL = 6 };
 
 template <class T>
 inline T emu_shfl(int op, const char* f, int l, unsigned mask, T var, int arg, int width = 32) {

@@ -4,7 +4,7 @@ tests/test_exercises.py holds them to ckptlab's checkers, on the notebook's own 
 import numpy as np
 
 from ckptlab import models
-from ckptlab.checkpoint import Seg
+from ckptlab.recompute.checkpoint import Seg
 
 
 def notebook_profile():

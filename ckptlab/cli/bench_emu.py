@@ -1,0 +1,81 @@
+"""How fast is the CPU emulator? `python -m ckptlab bench emu`
+
+Runs kernels/sgemm_tiled.cu at M = N = K = 256 (65,536 emulated threads, 16 k-tiles, 32
+__syncthreads each) in each mode and reports the median over repeats:
+
+    threads/s  = emulated CUDA threads / wall seconds of the launch (compile excluded)
+    overhead   = median time of the mode / median time of "fast"
+
+Modes: "fast" (plain build), "counted" (memory hooks: bytes per argument, bounds), and
+"counted+race" (also the shared-memory race check, the default in tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import numpy as np
+
+from ckptlab import device, emu
+from ckptlab.cli.report import write_csv
+from ckptlab.kernels.table import SGEMM_TILE as TILE
+
+MODES = (("fast", False), ("counted", False), ("counted+race", True))
+
+
+def run(size: int = 256, repeats: int = 5) -> list[dict]:
+    """Rows of {mode, size, threads, median_s, threads_per_s, overhead}."""
+    with device.use("emu"):
+        f = device.load("sgemm_tiled.cu").get_function("sgemm_tiled")
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((size, size), dtype=np.float32)
+    B = rng.standard_normal((size, size), dtype=np.float32)
+    C = np.empty((size, size), np.float32)
+    grid, block = (-(-size // TILE), -(-size // TILE)), (TILE, TILE)
+    args = (A, B, C, np.int32(size), np.int32(size), np.int32(size))
+    rows = []
+    for label, race in MODES:
+        mode = "fast" if label == "fast" else "counted"
+        with emu.settings(mode=mode, race_check=race):
+            f(grid, block, args)  # warm-up: builds this mode's library if needed
+            times = [f(grid, block, args).seconds for _ in range(repeats)]
+        med = statistics.median(times)
+        threads = grid[0] * grid[1] * TILE * TILE
+        rows.append(dict(mode=label, size=size, threads=threads, median_s=med,
+                         threads_per_s=threads / med))
+    base = rows[0]["median_s"]
+    for r in rows:
+        r["overhead"] = r["median_s"] / base
+    return rows
+
+
+def format_rows(rows: list[dict]) -> str:
+    out = [f"SGEMM {rows[0]['size']}^3 on the emulator ({rows[0]['threads']:,} threads), "
+           "median of repeats, one run",
+           f"{'mode':<14}{'median ms':>11}{'M threads/s':>13}{'vs fast':>9}"]
+    for r in rows:
+        out.append(f"{r['mode']:<14}{r['median_s'] * 1e3:>11.1f}{r['threads_per_s'] / 1e6:>13.2f}"
+                   f"{r['overhead']:>8.2f}x")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ckptlab bench emu", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--size", type=int, default=256, help="M = N = K (default 256)")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--csv", metavar="FILE", help="also write the rows as CSV ('-': stdout)")
+    a = p.parse_args(argv)
+    if a.size < 1 or a.repeats < 1:
+        p.error("--size and --repeats must be >= 1")
+    rows = run(a.size, a.repeats)
+    print(format_rows(rows))
+    if a.csv:
+        write_csv(rows, a.csv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""The command line: `python -m ckptlab [--device cuda|emu] COMMAND [options]`.
+
+    tour                 the main job: gradient checks, store-P vs recompute over N, checkpoint
+                         schedules; tables printed, CSVs and PNGs written (ckptlab.cli.tour)
+    check                every kernel's gradients vs float64; exit 1 on a failure (cli.check)
+    bench attention      bytes, FLOPs, memory, time per size (cli.bench_attention)
+    bench checkpoint     peak memory, recompute and time per schedule (cli.bench_checkpoint)
+    bench emu            how fast the CPU emulator runs (cli.bench_emu)
+    kernels              registers, shared memory, spills per kernel (cli.kernels_report)
+    fig2                 the FlashAttention paper's Fig. 2 table (cli.fig2)
+
+`--device` (anywhere on the line) forces the target; `cuda` without a GPU is an error. Each
+command's own options: `python -m ckptlab COMMAND --help`. Usage errors (an unknown command or
+option, a size that cannot fit, a missing GPU) print one line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import sys
+
+from ckptlab import device
+from ckptlab.cli.report import TooBig, UsageError
+
+COMMANDS = {  # name -> module whose main(argv) runs it
+    "tour": "ckptlab.cli.tour",
+    "check": "ckptlab.cli.check",
+    "kernels": "ckptlab.cli.kernels_report",
+    "fig2": "ckptlab.cli.fig2",
+}
+BENCHES = {
+    "attention": "ckptlab.cli.bench_attention",
+    "checkpoint": "ckptlab.cli.bench_checkpoint",
+    "emu": "ckptlab.cli.bench_emu",
+}
+PROG = "python -m ckptlab"
+
+
+def _one_line_error(self, message):
+    """argparse's error(), but one line (no usage block): the reason, and where help is."""
+    raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+@contextlib.contextmanager
+def _one_line_errors():
+    """Every ArgumentParser in the process (ours and the subcommands') reports one line while the
+    CLI runs; argparse documents overriding error() for exactly this."""
+    saved = argparse.ArgumentParser.error
+    argparse.ArgumentParser.error = _one_line_error
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.error = saved
+
+
+def split_device(argv: list[str]) -> tuple[str | None, list[str]]:
+    """Take `--device X` or `--device=X` out of argv wherever it is; (X or None, the rest)."""
+    name, rest, k = None, [], 0
+    while k < len(argv):
+        a = argv[k]
+        if a == "--device":
+            if k + 1 >= len(argv):
+                raise UsageError(f"{PROG}: --device needs a value: cuda or emu")
+            name, k = argv[k + 1], k + 2
+            continue
+        if a.startswith("--device="):
+            name = a.split("=", 1)[1]
+        else:
+            rest.append(a)
+        k += 1
+    return name, rest
+
+
+def _help() -> str:
+    return __doc__.strip()
+
+
+def resolve(rest: list[str]) -> tuple[str, list[str]]:
+    """(module name, its argv) for the command at the front of `rest`."""
+    if not rest:
+        raise UsageError(f"{PROG}: a command is required: one of {', '.join(COMMANDS)}, bench "
+                         f"{'|'.join(BENCHES)} (see {PROG} --help)")
+    cmd, args = rest[0], rest[1:]
+    if cmd == "bench":
+        if not args or args[0] not in BENCHES:
+            got = repr(args[0]) if args else "nothing"
+            raise UsageError(f"{PROG} bench: expected one of {', '.join(BENCHES)}, got {got}")
+        return BENCHES[args[0]], args[1:]
+    if cmd not in COMMANDS:
+        raise UsageError(f"{PROG}: unknown command {cmd!r}; expected one of "
+                         f"{', '.join([*COMMANDS, 'bench'])} (see {PROG} --help)")
+    return COMMANDS[cmd], args
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(_help())
+        return 0
+    try:
+        with _one_line_errors():
+            name, rest = split_device(argv)
+            if name is not None:
+                device.use(name)
+            module_name, args = resolve(rest)
+            module = importlib.import_module(module_name)
+            device.target()  # a bad CKPTLAB_DEVICE fails here, before any work
+            return int(module.main(args) or 0)
+    except (UsageError, device.DeviceError, TooBig) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except SystemExit as e:  # a subcommand's own exit (e.g. --help): keep its status
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)

@@ -1,0 +1,149 @@
+"""What every command shares: writing rows as CSV, formatting bytes and times, reading lists from
+the command line, and refusing sizes that do not fit in memory (TooBig) before any work."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+from pathlib import Path
+
+from ckptlab import device
+
+BYTES = 4  # fp32
+
+
+class TooBig(ValueError):
+    """A requested size would not fit in the memory that is free; the message says by how much."""
+
+
+class UsageError(Exception):
+    """A mistake on the command line, reported as one line (exit status 2)."""
+
+
+# ---------------------------------------------------------------- CSV
+
+
+def write_csv(rows: list[dict], path) -> None:
+    """All rows as CSV (the union of their keys, in first-seen order); path '-' is stdout."""
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    out = sys.stdout if str(path) == "-" else open(path, "w", newline="")
+    try:
+        w = csv.DictWriter(out, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    finally:
+        if out is not sys.stdout:
+            out.close()
+
+
+def writable_file(path) -> Path:
+    """Refuse, before any work, an output file whose folder is missing or not writable, or a
+    path that is a folder. '-' (stdout) is fine."""
+    if str(path) == "-":
+        return Path("-")
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{path}: is a folder; expected a file name")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"{path}: the folder {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise UsageError(f"{path}: not writable")
+    return p
+
+
+def writable_folder(path) -> Path:
+    """Create the output folder if needed; refuse (before any work) a path that is a file or
+    cannot be written."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"--out {path}: exists and is not a folder")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out {path}: cannot create it ({e.strerror})") from None
+    if not os.access(p, os.W_OK):
+        raise UsageError(f"--out {path}: not writable")
+    return p
+
+
+# ---------------------------------------------------------------- formatting
+
+
+def fmt_bytes(x) -> str:
+    """Decimal units, as bandwidths are quoted (1 GB = 1e9 bytes)."""
+    for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if x >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x:.0f} B"
+
+
+def fmt_seconds(x) -> str:
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
+        if x >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x / 1e-9:.3g} ns"
+
+
+# ---------------------------------------------------------------- argument types
+
+
+def int_list(text: str) -> list[int]:
+    """'64,128' -> [64, 128]; argparse type for --n."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+# ---------------------------------------------------------------- memory that is free
+
+
+def free_bytes(target: str) -> tuple[int, str]:
+    """(bytes free, where): the GPU's free memory plus what CuPy's pool holds unused, or the
+    host's available RAM (os.sysconf)."""
+    if target == "cuda":
+        cp = device.xp("cuda")
+        free, _ = cp.cuda.runtime.memGetInfo()
+        return int(free + cp.get_default_memory_pool().free_bytes()), "free GPU memory"
+    pages, size = os.sysconf("SC_AVPHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    return int(pages * size), "available host RAM"
+
+
+def attention_bytes(method: str, B, H, N, d) -> int:
+    """Peak bytes one attention forward + backward allocates: q, k, v, dO, O, dQ, dK, dV
+    (8 x (B, H, N, d)); naive adds three N x N matrices at once (P, dP, dS in the backward;
+    S, P in the forward), flash adds L and D (B, H, N)."""
+    bhnd = B * H * N * d * BYTES
+    if method == "naive":
+        return 8 * bhnd + 3 * B * H * N * N * BYTES
+    return 8 * bhnd + 2 * B * H * N * BYTES
+
+
+def check_fits(method: str, B, H, N, d, target: str | None = None,
+               headroom: float = 0.8) -> int:
+    """Raise TooBig (one line) if attention_bytes exceeds `headroom` of the free memory."""
+    need = attention_bytes(method, B, H, N, d)
+    have, where = free_bytes(target or device.target())
+    if need > headroom * have:
+        raise TooBig(f"{method} attention at B={B} H={H} N={N} d={d} needs ~{need / 1e9:.2f} GB "
+                     f"but only {have / 1e9:.2f} GB of {where} is free (using at most "
+                     f"{headroom:.0%}): choose a smaller N, B or H")
+    return need

@@ -1,0 +1,264 @@
+"""The main job: `python -m ckptlab tour` (about a minute on a 2-core CPU).
+
+Three parts, each printed as a table and written as CSV, with the figures as PNG, to --out:
+
+1. gradient checks: every kernel (naive; flash with atomic and deterministic dQ), causal and
+   not, dropout and not, on a small odd problem, against float64 (ckptlab.cli.check);
+2. store-P vs recompute over a sweep of N (ckptlab.cli.bench_attention): FLOPs (model / hardware),
+   HBM bytes with their source, bytes saved for the backward, time (measured on a GPU; modeled
+   on a named GPU when on the emulator), memory ratio and speed-up;
+3. the checkpoint schedules on a small model (ckptlab.cli.bench_checkpoint): peak saved bytes,
+   recompute FLOPs, time.
+
+Sizes are chosen per target: on the emulator small enough to count every byte in about a
+minute; on a GPU larger, with CUDA-event times. --n/--batch/--heads override them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from ckptlab import device, engine
+from ckptlab.cli import bench_attention, bench_checkpoint, check
+from ckptlab.cli.report import TooBig, check_fits, int_list, write_csv
+from ckptlab.engine import Tensor
+from ckptlab.measure import plots, roofline, traffic
+from ckptlab.recompute import ledger, schedules
+
+# per target: the sweep of N and the (B, H, d) of every run. Emulator: every byte counted; N=1024
+# costs ~5 s for both methods on 2 cores, the whole tour ~12 s (~35 s with N=2048, which took
+# 166 s with both cores contended, hence 1024). GPU: 16 heads up to N=4096, ~0.2-0.5 TFLOP per
+# forward + backward (naive holds 3 N x N matrices at once there: 3.2 GB).
+SIZES = {
+    "emu": dict(ns=[64, 128, 256, 512, 1024], B=1, H=1, d=64),
+    "cuda": dict(ns=[256, 512, 1024, 2048, 4096], B=1, H=16, d=64),
+    "quick": dict(ns=[32, 64], B=1, H=1, d=64),
+}
+
+
+def part_checks() -> list[dict]:
+    """Part 1: ckptlab.cli.check on one small odd problem (all kernels, causal x dropout)."""
+    return check.run(check.QUICK_SIZES)
+
+
+def fitting(ns, B, H, d) -> tuple[list, list]:
+    """(sizes that fit in free memory for every method, the ones dropped with the reason)."""
+    keep, dropped = [], []
+    for n in ns:
+        try:
+            for impl in ("naive", "flash"):
+                check_fits(impl, B, H, n, d)
+            keep.append(n)
+        except TooBig as e:
+            dropped.append(str(e))
+    return keep, dropped
+
+
+def part_sweep(ns, B, H, d, repeats: int) -> list[dict]:
+    """Part 2: naive and flash forward + backward at every N."""
+    return bench_attention.sweep(ns, ("naive", "flash"), B=B, H=H, d=d, repeats=repeats)
+
+
+# Part 3: an 8-block GPT (width 64, batch 8): every schedule in ~6 s on 2 cores. A transformer,
+# not the MLP, because selective recompute only pays where cheap ops hold big activations (in a
+# ReLU MLP the matmul outputs it keeps are extra). Quick: a 4-block MLP.
+CKPT = dict(model="gpt", layers=8, width=64, batch=8, repeats=3,
+            schedules=["none", "sqrt", "every(2)", "revolve(2)", "chen_greedy(25%)",
+                       "optimal(40%)", "selective(matmul)"])
+CKPT_QUICK = dict(model="mlp", layers=4, width=16, batch=8, repeats=1,
+                  schedules=["none", "sqrt", "revolve(1)"])
+TRACED = ("none", "sqrt", "revolve(2)")  # schedules drawn in the memory-over-time figure
+
+
+def part_checkpoint(c: dict) -> list[dict]:
+    """Part 3: ckptlab.cli.bench_checkpoint's rows (a by-hand NumPy row, then one per
+    schedule)."""
+    return bench_checkpoint.run(c["model"], c["layers"], c["schedules"], width=c["width"],
+                                batch=c["batch"], repeats=c["repeats"], with_torch=False)
+
+
+def memory_traces(c: dict) -> tuple[dict, list]:
+    """Saved bytes after every acquire/release of one training step (the ledger's timeline), per
+    traced schedule; and the first one's (start, end, phase) spans."""
+    m, x, y = bench_checkpoint.build(c["model"], layers=c["layers"], width=c["width"],
+                                     batch=c["batch"])
+    prof = m.profile(x, y)
+    traces, spans = {}, None
+    for spec in [s for s in c["schedules"] if s in TRACED]:
+        sched = schedules.make(spec, prof=prof)
+        engine.manual_seed(0)
+        m.zero_grad()
+        with ledger.record() as led:
+            m.loss(Tensor(x), y, schedule=sched).backward()
+        values, phases = led.timeline()
+        traces[sched.name] = values
+        spans = phases if spans is None else spans
+    return traces, spans
+
+
+def checkpoint_figures(rows: list[dict], c: dict, out: Path) -> list[Path]:
+    """The memory-over-time trace and the peak-memory vs recompute-FLOPs Pareto plot."""
+    paths = [out / "checkpoint_memory_trace.png", out / "checkpoint_pareto.png"]
+    traces, spans = memory_traces(c)
+    plots.plot_memory_trace(traces, spans, path=paths[0])
+    points = [dict(name=r["schedule"], peak_bytes=r["measured_peak_bytes"],
+                   recompute_flops=r["hardware_flops"] - r["model_flops"])
+              for r in rows if "measured_peak_bytes" in r]
+    plots.plot_pareto(points, path=paths[1])
+    return paths
+
+
+# ---------------------------------------------------------------- figures
+
+
+def roofline_points(rows: list[dict]) -> list[dict]:
+    """Each method's forward + backward at the largest N on the roofline, at its modeled FLOPs
+    and bytes (hollow marker: on the roof). One point per method, not per kernel: the naive
+    matmuls share one intensity and their labels would sit on each other, and the softmax
+    kernels have no matmul FLOPs (intensity 0: off a log axis); their bytes still count here.
+    On a GPU each method is placed again at its measured time (filled marker)."""
+    big = max(r["N"] for r in rows)
+    points = []
+    for r in (r for r in rows if r["N"] == big):
+        launches = traffic.launches(r["impl"], r["B"], r["H"], r["N"], r["N"], r["d"],
+                                    r["causal"])
+        t = traffic.totals(launches)
+        points.append(dict(name=f"{r['impl']} ({len(launches)} kernels)", flops=t["flops"],
+                           bytes=t["bytes"]))
+        if r["target"] == "cuda":
+            points.append(dict(name=f"{r['impl']}, measured", flops=r["hardware_flops"],
+                               bytes=r["hbm_bytes"], seconds=r["time_s"]))
+    return points
+
+
+def roofline_title(points: list[dict], spec_name: str, n: int) -> str:
+    ridge = roofline.ridge_point(spec_name, "fp32")
+    memory = [p["name"].split(" (")[0] for p in points
+              if "measured" not in p["name"] and p["flops"] / p["bytes"] < ridge]
+    return (f"at N={n}, memory-bound on {spec_name} (fp32 ridge {ridge:.3g} FLOP/byte): "
+            + (", ".join(memory) if memory else "none"))
+
+
+def attention_figures(rows: list[dict], out: Path) -> list[Path]:
+    """Memory, time and HBM bytes against N, and the roofline; returns the PNG paths."""
+    ns = sorted({r["N"] for r in rows})
+    by = {impl: [r for r in rows if r["impl"] == impl] for impl in ("naive", "flash")}
+    r0 = rows[0]
+    where = (f"{r0['modeled_device']} (modeled)" if r0["target"] == "emu"
+             else r0["time_source"].split(";")[0].removeprefix("measured (") + " (measured)")
+    paths = [out / "attention_memory_vs_n.png", out / "attention_time_vs_n.png",
+             out / "attention_hbm_bytes_vs_n.png", out / "attention_roofline.png"]
+    plots.plot_memory_vs_n(ns, {"naive (P)": [r["saved_bytes"] for r in by["naive"]],
+                                "flash (O, L)": [r["saved_bytes"] for r in by["flash"]]},
+                           what="memory held for backward", path=paths[0])
+    plots.plot_time_vs_n(ns, {impl: [r["time_s"] for r in by[impl]] for impl in by},
+                         device=where, path=paths[1])
+    plots.plot_bytes_vs_n(ns, bench_attention.bytes_by_source(rows), path=paths[2])
+    points = roofline_points(rows)
+    plots.plot_roofline(points, r0["modeled_device"], path=paths[3],
+                        title=roofline_title(points, r0["modeled_device"], ns[-1]))
+    return paths
+
+
+def sweep_notes(rows: list[dict]) -> str:
+    """What the sweep shows, in numbers taken from it (largest N)."""
+    big = max(r["N"] for r in rows)
+    n, f = (next(r for r in rows if r["N"] == big and r["impl"] == m) for m in ("naive", "flash"))
+    spec = roofline.spec(n["modeled_device"])
+    ridge = roofline.ridge_point(spec, "fp32")
+    i_n = n["hardware_flops"] / n["hbm_bytes"]
+    i_f = f["hardware_flops"] / f["hbm_bytes"]
+    counted = all(r["hbm_bytes"] == r["modeled_bytes"] for r in rows)
+    lines = [
+        f"at N={big}: flash does {f['hardware_flops'] / n['hardware_flops']:.2f}x the FLOPs "
+        f"(recompute: {f['recompute_flops'] / 1e6:.1f} MFLOP) "
+        f"and moves {n['hbm_bytes'] / f['hbm_bytes']:.1f}x fewer bytes; it keeps "
+        f"{f['memory_ratio']:.1f}x less for the backward and is {f['speedup']:.2f}x faster",
+        f"arithmetic intensity (FLOP/byte): naive {i_n:.2f}, flash {i_f:.2f}; the "
+        f"{spec['name']} fp32 ridge is {ridge:.2f}",
+    ]
+    if rows[0]["target"] == "emu":
+        lines.append("counted bytes == modeled bytes (ckptlab.measure.traffic) on every row: "
+                     + ("yes" if counted else "NO"))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the job
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ckptlab tour", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="ckptlab-results", help="output folder (default "
+                   "./ckptlab-results)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes (seconds): for tests")
+    p.add_argument("--n", type=int_list, help="sweep of N, e.g. 64,128,256")
+    p.add_argument("--batch", type=int, help="B of the sweep")
+    p.add_argument("--heads", type=int, help="H of the sweep")
+    p.add_argument("--repeats", type=int, default=20, help="timed repeats on a GPU")
+    a = p.parse_args(argv)
+    target = device.target()
+    size = dict(SIZES["quick" if a.quick else target])
+    for key, value in (("ns", a.n), ("B", a.batch), ("H", a.heads)):
+        if value is not None:
+            size[key] = value
+    if size["B"] < 1 or size["H"] < 1 or a.repeats < 1:
+        p.error("--batch, --heads and --repeats must be >= 1")
+    if len(size["ns"]) < 2:
+        p.error("--n needs at least two sizes (slopes are fitted)")
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    written = []
+
+    print(f"== ckptlab tour on target {target!r} ==\n")
+    print("-- 1. gradient checks: every kernel vs float64 reference --")
+    checks = part_checks()
+    print(check.format_table(checks))
+    write_csv(checks, out / "tour_checks.csv")
+    written.append(out / "tour_checks.csv")
+
+    print("\n-- 2. store P (naive) vs recompute P (flash), forward + backward --")
+    ns, dropped = fitting(size["ns"], size["B"], size["H"], size["d"])
+    for reason in dropped:
+        print(f"skipped: {reason}")
+    if len(ns) < 2:
+        p.error("fewer than two sizes of the sweep fit in memory")
+    rows = part_sweep(ns, size["B"], size["H"], size["d"], a.repeats)
+    print(bench_attention.format_table(rows))
+    print(sweep_notes(rows))
+    write_csv(rows, out / "tour_attention.csv")
+    written += [out / "tour_attention.csv", *attention_figures(rows, out)]
+
+    c = CKPT_QUICK if a.quick else CKPT
+    print(f"\n-- 3. checkpoint schedules on a small model ({c['model']}, {c['layers']} blocks) --")
+    ck_rows = part_checkpoint(c)
+    print(bench_checkpoint_table(ck_rows))
+    write_csv(ck_rows, out / "tour_checkpoint.csv")
+    written += [out / "tour_checkpoint.csv", *checkpoint_figures(ck_rows, c, out)]
+
+    print(f"\nwrote ({time.perf_counter() - t0:.0f} s):")
+    for path in written:
+        print(f"  {path}")
+    ok = all(r["ok"] for r in checks) and all(
+        r["hbm_bytes"] == r["modeled_bytes"] for r in rows if r["hbm_source"] == "counted")
+    return 0 if ok else 1
+
+
+def bench_checkpoint_table(rows: list[dict]) -> str:
+    """bench_checkpoint's table, and the recompute FLOPs each schedule paid."""
+    extra = ["recompute FLOPs per step (hardware - model): " + ", ".join(
+        f"{r['schedule']} {(r['hardware_flops'] - r['model_flops']) / 1e6:.1f} M"
+        for r in rows if "hardware_flops" in r)]
+    if rows[0].get("model") == "gpt":
+        extra.append("'none' recomputes too: the model's flash attention rebuilds S = Q K^T in "
+                     "its backward; selective(matmul) keeps matmul outputs and redoes only the "
+                     "cheap ops (layernorm, gelu, attention core)")
+    return bench_checkpoint.table(rows) + "\n" + "\n".join(extra)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Checkers of labs/04_flash_forward.ipynb (the flash forward), one function per exercise.
+
+The expected values come from ckptlab itself (the traffic models, the roofline, the float64
+reference), never typed in, so an exercise follows the kernels if they change.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ckptlab import reference
+from ckptlab.exercises.verdict import (
+    NOT_YET,
+    Verdict,
+    array,
+    call,
+    exact,
+    number,
+    right,
+    unanswered,
+    wrong,
+)
+from ckptlab.kernels import table
+from ckptlab.measure import traffic
+
+
+def online_merge(fn) -> Verdict:
+    """fn(m_a, l_a, m_b, l_b) -> (m, l): merge two partial softmax states of the same rows
+    (m: running max, l: sum of exp(x - m) over the part seen; an empty part has m = -inf,
+    l = 0) into the state of both parts. Arrays of shape (rows,)."""
+    g = np.random.default_rng(4)
+    x = g.standard_normal((5, 12)) * 3
+    x[1] += 800.0  # rows whose exp would overflow unless the exponents stay <= 0
+    x[2, 6:] -= 900.0
+    # the truth: L = logsumexp of each row, from the reference with S = 1 * x I^T = x
+    _, L = reference.probabilities(x[None, None], np.eye(12)[None, None], scale=1.0)
+    for cut in (0, 3, 6, 11):
+        a, b = x[:, :cut], x[:, cut:]
+        m_a = a.max(axis=1) if cut else np.full(5, -np.inf)
+        l_a = np.exp(a - m_a[:, None]).sum(axis=1) if cut else np.zeros(5)
+        m_b = b.max(axis=1)
+        l_b = np.exp(b - m_b[:, None]).sum(axis=1)
+        out, bad = call(fn, m_a.copy(), l_a.copy(), m_b.copy(), l_b.copy())
+        if bad:
+            return bad
+        if not (isinstance(out, tuple) and len(out) == 2):
+            return wrong(f"the function returns a pair (m, l); it returned {type(out).__name__}")
+        (m, bad), (l, bad2) = array(out[0], (5,), "m"), array(out[1], (5,), "l")
+        if bad or bad2:
+            return bad or bad2
+        with np.errstate(all="ignore"):
+            got = m + np.log(l)
+        if not np.all(np.isfinite(got)):
+            return wrong(f"m + log l is not finite (split at column {cut}): rescale by "
+                          "exp(m_a - m) and exp(m_b - m) with m = max(m_a, m_b), so no exponent "
+                          "is positive and an empty part (m = -inf, l = 0) adds 0")
+        if np.abs(got - L[0, 0]).max() > 1e-12 * np.abs(L[0, 0]).max():  # float64 rounding
+            if np.allclose(l, l_a + l_b):
+                return wrong("l_a and l_b were summed under different maxima: rescale each "
+                              "by exp(m_part - m) before adding")
+            return wrong(f"m + log l differs from the row's logsumexp (split at column {cut})")
+        if not np.array_equal(m, np.maximum(m_a, m_b)):
+            return wrong("m + log l is right but m is not the row max: keep m = max(m_a, m_b) "
+                          "so the next tile's exponents stay <= 0")
+    return right()
+
+
+def flash_tile_rows(answer, d: int = 128, Bc: int = 16) -> Verdict:
+    """The largest Br (query rows per tile; a multiple of 8, the lanes per row) for which
+    attn_flash_fwd<d, Br, Bc> fits the 48 KiB of static shared memory."""
+    fits = [Br for Br in range(table.LANES, table.MAX_TILE + 1, table.LANES)
+            if table.flash_fwd_shared_bytes(d, Br, Bc) <= table.SHARED_LIMIT]
+    want = max(fits)
+    if unanswered(answer):
+        return Verdict(NOT_YET)
+    got, bad = number(answer, "Br")
+    if bad:
+        return bad
+    if got == want:
+        return right()
+    if got != int(got) or got < table.LANES or int(got) % table.LANES:
+        return wrong(f"Br must be a positive multiple of {table.LANES} (each query row "
+                      f"has {table.LANES} lanes); you gave {answer!r}")
+    need = table.flash_fwd_shared_bytes(d, int(got), Bc)
+    if need > table.SHARED_LIMIT:
+        return wrong(f"Br={int(got)} needs {need:,} bytes of shared memory at d={d}, Bc={Bc}: "
+                      f"over the {table.SHARED_LIMIT:,}-byte limit")
+    return wrong(f"Br={int(got)} fits ({need:,} bytes) but a larger multiple of "
+                  f"{table.LANES} fits too")
+
+
+def flash_saved_bytes(answer, B: int, H: int, N: int, d: int) -> Verdict:
+    """Bytes the flash forward keeps for its backward, for q, k, v of shape (B, H, N, d)."""
+    (fwd,) = traffic.flash_forward_traffic(B, H, N, N, d)
+    want = fwd.bytes_written  # it writes exactly what it keeps: O and L
+    return exact(answer, want, "the byte count", hints=[
+        (fwd.write["O"], "O alone is not enough: the backward needs L = m + log l (one fp32 "
+                         "per query row) to recompute P = exp(S - L)"),
+        (want + traffic.BYTES * B * H * N * N, "nothing N x N is kept: P is recomputed"),
+        (want / traffic.BYTES, "that counts elements: fp32 is 4 bytes each"),
+    ], hint="O has shape (B, H, N, d) and L shape (B, H, N)")

@@ -1,0 +1,43 @@
+"""Checkers of labs/07_segment_checkpointing.ipynb, one function per exercise.
+
+The expected values come from ckptlab itself (the traffic models, the roofline, the float64
+reference), never typed in, so an exercise follows the kernels if they change.
+"""
+
+from __future__ import annotations
+
+from ckptlab.exercises.verdict import NOT_YET, Verdict, close, number, right, unanswered, wrong
+from ckptlab.recompute import schedules
+
+
+def least_memory_segments(answer, prof) -> Verdict:
+    """The number k of uniform checkpointed segments (schedules.uniform(L, k)) that gives the
+    chain profiled in `prof` (ledger.Profile) the least predicted peak of saved bytes. Any k
+    whose peak is within 10% of the least counts: the curve is flat and bumpy near its bottom
+    (segments of unequal length), and the estimate sqrt(L a / x) ignores the head."""
+    L = prof.n_blocks
+    peaks = {k: schedules.uniform(L, k).predict(prof).peak_bytes for k in range(1, L + 1)}
+    best = min(peaks, key=peaks.get)
+    if unanswered(answer):
+        return Verdict(NOT_YET)
+    got, bad = number(answer, "k")
+    if bad:
+        return bad
+    if got != int(got) or not 1 <= got <= L:
+        return wrong(f"k is a whole number of segments from 1 to L = {L}; you gave {answer!r}")
+    k = int(got)
+    if peaks[k] <= 1.10 * peaks[best]:
+        return right()
+    side = ("more segments: each recompute holds L / k blocks' activations at once" if k < best
+            else "fewer segments: each one holds its input until the backward reaches it")
+    return wrong(f"k = {k} peaks at {peaks[k] / peaks[best]:.2f}x the least; try {side}")
+
+
+def checkpoint_flops_ratio(answer, prof) -> Verdict:
+    """Hardware FLOPs / model FLOPs (= HFU / MFU) of one training step of the chain profiled in
+    `prof` under the sqrt schedule (every block checkpointed once)."""
+    pred = schedules.sqrt(prof.n_blocks).predict(prof)
+    return close(answer, pred.hardware_flops / pred.model_flops, "the ratio", 0.01, hints=[
+        (2.0, "the recompute is one more forward per block, not a forward and a backward"),
+        (1.5, "a backward costs about twice a forward, so a step is about three forwards"),
+    ], hint="hardware = model + one extra forward of the blocks; backward ~ 2 x forward")

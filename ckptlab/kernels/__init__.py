@@ -1,0 +1,35 @@
+"""Launch wrappers for the attention kernels in kernels/*.cu: validate, allocate, grid, launch.
+
+    from ckptlab import kernels
+    O, saved = kernels.flash_forward(q, k, v, causal=True)
+    dq, dk, dv = kernels.flash_backward(dO, q, k, v, saved)
+
+    table.py    the one table of tiles and limits (LANES, NAIVE_TILE from kernels/common.cuh)
+    common.py   Saved (what a forward keeps for its backward), argument checks, NaN poison
+    naive.py    standard attention: S and P in HBM (3 launches forward, 5 backward)
+    flash.py    FlashAttention: O and L kept, P recomputed from L in the backward
+    nvrtc.py    NVIDIA's compiler as a check without a GPU: registers, shared memory, spills
+
+Arrays are fp32 (B, H, N, d), C-contiguous, of the current target (NumPy on "emu", CuPy on
+"cuda"). Every input is checked before anything is launched.
+"""
+
+from ckptlab.kernels.common import Saved, ceil_div, random_inputs, unpoisoned
+from ckptlab.kernels.flash import flash_backward, flash_forward
+from ckptlab.kernels.naive import naive_backward, naive_forward
+from ckptlab.kernels.table import (
+    BWD_TILES,
+    FWD_TILES,
+    HEAD_DIMS,
+    LANES,
+    MAX_TILE,
+    NAIVE_TILE,
+    SHARED_LIMIT,
+    flash_bwd_shared_bytes,
+    flash_fwd_shared_bytes,
+)
+
+__all__ = ["BWD_TILES", "FWD_TILES", "HEAD_DIMS", "LANES", "MAX_TILE", "NAIVE_TILE",
+           "SHARED_LIMIT", "Saved", "ceil_div", "flash_backward", "flash_bwd_shared_bytes",
+           "flash_forward", "flash_fwd_shared_bytes", "naive_backward", "naive_forward",
+           "random_inputs", "unpoisoned"]

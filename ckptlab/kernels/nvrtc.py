@@ -1,0 +1,357 @@
+"""NVIDIA's real compiler as a check, no GPU needed: compile kernels/*.cu for an arch (sm_80,
+sm_90) and read ptxas' `-v` report, one record per kernel (registers, static shared memory,
+spills, stack, barriers, constant banks).
+
+The emulator runs the kernels; only ptxas says what they cost on the chip. A spill or a jump in
+registers shows up here first. Two backends: NVRTC (the compiler as a library, from the pip
+wheel nvidia-cuda-nvrtc-cu12, reached through cuda.bindings or CuPy's binding) and nvcc (when it
+is on the PATH). `python -m ckptlab kernels` prints the table (ckptlab.cli.kernels_report).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from ckptlab.device import KERNELS_DIR
+from ckptlab.kernels.table import instantiations as launched
+
+ARCHS = ("sm_80", "sm_90")
+BACKENDS = ("nvrtc", "nvcc")
+NVRTC_BINDINGS = ("cuda.bindings.nvrtc", "cupy_backends.cuda.libs.nvrtc")  # tried in this order
+INSTALL_HINT = (
+    "pip install nvidia-cuda-nvrtc-cu12 (NVRTC itself), plus a Python binding for it: "
+    "cupy-cuda12x (in requirements.txt) or cuda-bindings; or put nvcc (CUDA toolkit) on the PATH"
+)
+
+HEADERS_HINT = (
+    "\n(NVRTC needs CUDA's headers: set CUDA_PATH or pip install nvidia-cuda-runtime-cu12)"
+)
+
+
+class CompilerNotFound(RuntimeError):
+    """Neither NVRTC nor nvcc (or not the one asked for) can be used on this machine."""
+
+
+class CompileError(RuntimeError):
+    """The compiler rejected a file; `.log` holds its full output, which the message quotes."""
+
+    def __init__(self, file, arch, backend, log):
+        self.file, self.arch, self.backend, self.log = str(file), arch, backend, log
+        super().__init__(f"{backend} could not compile {file} for {arch}:\n{log.strip()}")
+
+
+# ---------------------------------------------------------------- the ptxas report, parsed
+
+_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
+_PROPS = re.compile(r"Function properties for (\S+)")
+_USED = re.compile(r"Used (\d+) registers")
+_FIELDS = {  # the pieces of a "Used ..." or stack line; their order and presence vary by version
+    "barriers": re.compile(r"used (\d+) barriers"),
+    "smem": re.compile(r"(\d+) bytes smem"),
+    "lmem": re.compile(r"(\d+) bytes lmem"),
+    "stack": re.compile(r"(\d+) bytes stack frame"),
+    "spill_stores": re.compile(r"(\d+) bytes spill stores"),
+    "spill_loads": re.compile(r"(\d+) bytes spill loads"),
+    "cumulative_stack": re.compile(r"(\d+) bytes cumulative stack size"),
+}
+_CMEM = re.compile(r"(\d+) bytes cmem\[(\d+)\]")
+
+
+_UNREAD = {"registers": None, "barriers": None, "smem": 0, "lmem": 0, "stack": None}
+_UNREAD |= {"spill_stores": None, "spill_loads": None, "cumulative_stack": None}
+
+
+def _new_record(symbol, kind, arch):
+    return {"symbol": symbol, "kind": kind, "arch": arch, **_UNREAD, "cmem": {}}
+
+
+def parse_ptxas_log(log: str, arch: str | None = None) -> list[dict]:
+    """One record per function in a `ptxas -v` report, nvcc's or NVRTC's, any CUDA version.
+
+    "Compiling entry function 'k' for 'sm_90'" opens a kernel; "Function properties for f"
+    names the function the next stack/spill line belongs to (a kernel, or a __noinline__ device
+    function: kind "device", no registers); "Used N registers, used B barriers, S bytes smem,
+    C bytes cmem[0]" closes the kernel. Fields are read by name, as versions differ in which they
+    print and in what order; one not printed stays None (barriers, in old versions). smem and
+    lmem default to 0, as ptxas omits them when 0. A function printed twice is kept once.
+    """
+    if not isinstance(log, str):
+        raise TypeError(f"log: expected the compiler's output as str, got {type(log).__name__}")
+    records: dict[str, dict] = {}
+    entry = current = None
+    for line in log.splitlines():
+        if m := _ENTRY.search(line):
+            entry = current = records[m[1]] = _new_record(m[1], "kernel", m[2])
+        elif m := _PROPS.search(line):
+            current = records.get(m[1])
+            if current is None:  # a device function ptxas kept out of line
+                where = entry["arch"] if entry is not None else arch
+                current = records[m[1]] = _new_record(m[1], "device", where)
+        elif (m := _USED.search(line)) and entry is not None:
+            entry["registers"] = int(m[1])
+            entry["cmem"] = {int(bank): int(n) for n, bank in _CMEM.findall(line)}
+            _read_fields(entry, line)
+        elif "bytes stack frame" in line and current is not None:
+            _read_fields(current, line)
+    return list(records.values())
+
+
+def _read_fields(record, line):
+    for key, pattern in _FIELDS.items():
+        if m := pattern.search(line):
+            record[key] = int(m[1])
+
+
+def extern_c_kernels(source: str) -> list[str]:
+    """Names of the `extern "C" __global__` kernels a .cu source defines (comments ignored):
+    each of them must appear in the compiler's report."""
+    source = re.sub(r"//[^\n]*|/\*.*?\*/", " ", source, flags=re.S)
+    bounds = r"(?:__launch_bounds__\s*\([^)]*\)\s*)?"
+    pattern = rf'extern\s+"C"\s+__global__\s+{bounds}void\s+{bounds}(\w+)\s*\('
+    return re.findall(pattern, source)
+
+
+# ---------------------------------------------------------------- the two compilers
+
+
+@functools.lru_cache(maxsize=None)
+def _nvrtc():
+    """(binding name, NVRTC version, compile function) for the first binding whose NVRTC loads."""
+    reasons = []
+    for name in NVRTC_BINDINGS:
+        try:
+            module = importlib.import_module(name)
+            if name.startswith("cuda."):
+                err, major, minor = module.nvrtcVersion()
+                _ok(module, err, "nvrtcVersion")
+                compile_fn = functools.partial(_compile_cuda_bindings, module)
+            else:
+                major, minor = module.getVersion()
+                compile_fn = functools.partial(_compile_cupy, module)
+            return name, f"{major}.{minor}", compile_fn
+        except Exception as e:  # not installed, or installed without the NVRTC library
+            reasons.append(f"  {name}: {type(e).__name__}: {e}")
+    raise CompilerNotFound("NVRTC cannot be loaded:\n" + "\n".join(reasons) + f"\n{INSTALL_HINT}")
+
+
+def _ok(module, err, call):
+    if err != module.nvrtcResult.NVRTC_SUCCESS:
+        raise RuntimeError(f"{call} returned {err}")
+
+
+def _compile_cuda_bindings(nvrtc, source, name, options, expressions=()):
+    """NVIDIA's cuda.bindings: every call returns (nvrtcResult, values...)."""
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
+    _ok(nvrtc, err, "nvrtcCreateProgram")
+    try:
+        for expr in expressions:  # template instantiations to compile (as CuPy does)
+            (err,) = nvrtc.nvrtcAddNameExpression(prog, expr.encode())
+            _ok(nvrtc, err, "nvrtcAddNameExpression")
+        opts = [o.encode() for o in options]
+        (result,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        err, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        _ok(nvrtc, err, "nvrtcGetProgramLogSize")
+        log = b" " * size
+        (err,) = nvrtc.nvrtcGetProgramLog(prog, log)
+        _ok(nvrtc, err, "nvrtcGetProgramLog")
+        ok = result == nvrtc.nvrtcResult.NVRTC_SUCCESS
+        return ok, log.rstrip(b"\0 ").decode(errors="replace")
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def _compile_cupy(nvrtc, source, name, options, expressions=()):
+    """CuPy's binding: compileProgram raises NVRTCError, the log is still there to read."""
+    prog = nvrtc.createProgram(source, name, [], [])
+    try:
+        for expr in expressions:
+            nvrtc.addNameExpression(prog, expr)
+        try:
+            nvrtc.compileProgram(prog, list(options))
+            ok = True
+        except nvrtc.NVRTCError:
+            ok = False
+        return ok, nvrtc.getProgramLog(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+@functools.lru_cache(maxsize=None)
+def _nvcc_version(nvcc):
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"release (\d+\.\d+)", out)
+    return m[1] if m else "?"
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_include_dirs():
+    """CUDA headers (cuda_fp16.h...) for NVRTC, which has none of its own: $CUDA_PATH/include,
+    $CUDA_HOME/include, nvcc's include folder, or the nvidia-cuda-runtime-cu12 wheel's."""
+    candidates = [os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME")]
+    if nvcc := shutil.which("nvcc"):
+        candidates.append(str(Path(nvcc).resolve().parent.parent))
+    candidates.append("/usr/local/cuda")
+    for root in candidates:
+        if root and (Path(root) / "include" / "cuda_fp16.h").is_file():
+            return (str(Path(root) / "include"),)
+    try:
+        import nvidia.cuda_runtime as runtime  # the pip wheel's headers
+
+        include = Path(list(runtime.__path__)[0]) / "include"
+        return (str(include),) if (include / "cuda_fp16.h").is_file() else ()
+    except ImportError:
+        return ()
+
+
+def backend_available(backend: str) -> bool:
+    """True when `backend` ("nvrtc" or "nvcc") can compile on this machine."""
+    if backend == "nvcc":
+        return shutil.which("nvcc") is not None
+    try:
+        _nvrtc()
+        return True
+    except CompilerNotFound:
+        return False
+
+
+def _pick_backend(backend):
+    if backend is None:
+        try:
+            _nvrtc()
+            return "nvrtc"
+        except CompilerNotFound as e:
+            if shutil.which("nvcc"):
+                return "nvcc"
+            raise CompilerNotFound(
+                f"no CUDA compiler here: nvcc is not on the PATH and {e}"
+            ) from None
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {BACKENDS} or None, got {backend!r}")
+    if backend == "nvcc" and shutil.which("nvcc") is None:
+        raise CompilerNotFound(
+            "backend 'nvcc': nvcc is not on the PATH. Install the CUDA toolkit "
+            "or use backend 'nvrtc' (pip install nvidia-cuda-nvrtc-cu12)"
+        )
+    if backend == "nvrtc":
+        _nvrtc()  # raises CompilerNotFound with the reasons and the install line
+    return backend
+
+
+def compile_file(path, arch: str = "sm_90", backend: str | None = None,
+                 instantiations=None) -> list[dict]:
+    """Compile one .cu file to a cubin for `arch` and return ptxas' records for its functions,
+    each with file, kernel (demangled), backend ("nvrtc 12.9 (cuda.bindings.nvrtc)", "nvcc
+    13.0") and compile_s (the whole file's wall time). Raises CompileError with the log.
+    Template kernels are compiled only when instantiated: `instantiations` (default: the ones
+    ckptlab.kernels launches from this file) are added as NVRTC name expressions, or for
+    nvcc taken by address at the end of a copy of the source."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"path: expected an existing .cu file, got {str(path)!r}")
+    if not isinstance(arch, str) or not re.fullmatch(r"sm_\d{2,3}[af]?", arch):
+        raise ValueError(f"arch: expected a real GPU arch such as 'sm_80' or 'sm_90', got {arch!r}")
+    backend = _pick_backend(backend)
+    if instantiations is None:
+        instantiations = launched(path.name)
+    includes = [f"-I{path.resolve().parent}"]
+    start = time.perf_counter()
+    if backend == "nvrtc":
+        binding, version, compile_fn = _nvrtc()
+        label = f"nvrtc {version} ({binding})"
+        includes += [f"-I{d}" for d in _cuda_include_dirs()]
+        options = [f"-arch={arch}", "-Xptxas=-v", "-std=c++17", *includes]
+        ok, log = compile_fn(path.read_text(), path.name, options, tuple(instantiations))
+    else:
+        nvcc = shutil.which("nvcc")
+        label = f"nvcc {_nvcc_version(nvcc)}"
+        with tempfile.TemporaryDirectory() as tmp:
+            flags = "-cubin --resource-usage -Xptxas -v -std=c++17".split()
+            out = str(Path(tmp) / "out.cubin")
+            src = path
+            if instantiations:  # host code taking each address makes nvcc instantiate it
+                src = Path(tmp) / path.name
+                refs = ", ".join(f"(void*)&{e}" for e in instantiations)
+                src.write_text(path.read_text() +
+                               f"\nstatic void* const ckptlab_instances[] = {{{refs}}};\n")
+            cmd = [nvcc, f"-arch={arch}", *flags, *includes, "-o", out, str(src)]
+            run = subprocess.run(cmd, capture_output=True, text=True)
+        ok, log = run.returncode == 0, run.stdout + run.stderr
+    seconds = time.perf_counter() - start
+    if not ok:
+        missing_headers = "cuda_fp16.h" in log or "cuda_bf16.h" in log
+        raise CompileError(path, arch, label, log + (HEADERS_HINT if missing_headers else ""))
+    records = parse_ptxas_log(log, arch)
+    names = _demangle([r["symbol"] for r in records])
+    for record, name in zip(records, names, strict=True):
+        record.update(file=path.name, kernel=short_name(name), backend=label, compile_s=seconds)
+    return records
+
+
+def short_name(name: str) -> str:
+    """'void attn_flash_fwd<64, 64, 32>(float const*, ...)' -> 'attn_flash_fwd<64, 64, 32>'."""
+    name = re.sub(r"^void\s+", "", name)
+    if name.endswith(")"):
+        depth = 0
+        for i in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[i], 0)
+            if depth == 0:
+                return name[:i]
+    return name
+
+
+def _demangle(symbols):
+    """C++ names for mangled symbols (templates), through cu++filt or c++filt when present;
+    extern "C" names and everything else come back unchanged."""
+    tool = shutil.which("cu++filt") or shutil.which("c++filt")
+    if tool is None or not any(s.startswith("_Z") for s in symbols):
+        return list(symbols)
+    out = subprocess.run([tool], input="\n".join(symbols), capture_output=True, text=True)
+    names = out.stdout.splitlines()
+    return names if out.returncode == 0 and len(names) == len(symbols) else list(symbols)
+
+
+# ---------------------------------------------------------------- report
+
+
+def _resolve(files):
+    if files is None:
+        return sorted(Path(KERNELS_DIR).glob("*.cu"))
+    if isinstance(files, (str, Path)):
+        files = [files]
+    paths = []
+    for f in files:
+        p = Path(f)
+        if not p.is_file() and (Path(KERNELS_DIR) / p).is_file():
+            p = Path(KERNELS_DIR) / p
+        if not p.is_file():
+            raise ValueError(f"files: {str(f)!r} is neither a file nor a name in {KERNELS_DIR}")
+        paths.append(p)
+    return paths
+
+
+def report(files=None, arch: str = "sm_90", backend: str | None = None) -> list[dict]:
+    """Records for every kernels/*.cu (or the given files or names in kernels/) for `arch`:
+    each file's kernels in source order (ptxas reports them backwards), then its device
+    functions."""
+    rows = []
+    for path in _resolve(files):
+        rows += _source_order(compile_file(path, arch, backend), path.read_text())
+    return rows
+
+
+def _source_order(records, source):
+    def key(r):
+        base = r["kernel"].split("<")[0]  # a template's name, or the extern "C" name
+        m = re.search(rf"\b{re.escape(base)}\s*\(", source)
+        natural = [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", r["kernel"])]
+        return (r["kind"] != "kernel", m.start() if m else len(source), natural)
+
+    return sorted(records, key=key)

@@ -1,0 +1,25 @@
+"""The instruments and the models they are compared with.
+
+    timing.py    time_fn (CUDA events or perf_counter: median and spread), peak_memory
+    ncu.py       HBM bytes measured by Nsight Compute; the labels every byte figure carries
+    traffic.py   modeled bytes and FLOPs of every kernel launch (counted == modeled, tested)
+    roofline.py  GPU specs with sources, arithmetic intensity, modeled time, MFU/HFU
+    at_scale.py  Korthikanti et al.'s activation memory of a transformer layer at scale
+    plots.py     memory / time / bytes against N, the roofline, memory traces, Pareto fronts
+
+    from ckptlab import measure
+    t = measure.time_fn(step, repeats=20)      # t.median_s, t.p10_s, t.p90_s
+"""
+
+from ckptlab.measure.ncu import (
+    SOURCES,
+    check_source,
+    measure_hbm_bytes,
+    ncu_available,
+    ncu_command,
+    parse_ncu_csv,
+)
+from ckptlab.measure.timing import Timing, peak_memory, time_fn
+
+__all__ = ["SOURCES", "Timing", "check_source", "measure_hbm_bytes", "ncu_available",
+           "ncu_command", "parse_ncu_csv", "peak_memory", "time_fn"]

@@ -1,0 +1,287 @@
+"""The roofline: how fast a kernel could run on a named GPU, given its FLOPs and HBM bytes.
+
+A kernel that does F FLOPs and moves B bytes of HBM traffic needs at least
+    t = max(F / peak_FLOP_per_s, B / HBM_bytes_per_s)
+seconds. Whichever term wins says what bounds it: arithmetic ("compute") or memory traffic
+("memory"). Its arithmetic intensity I = F / B (FLOP per byte) against the device's ridge
+point peak / bandwidth tells the same thing without a size: below the ridge it is memory-bound.
+Every time from here is *modeled*, never measured: callers must label it so (docs/design.md,
+"Measurement").
+
+The spec table holds vendor peak numbers, each with the document it was read from. Peaks are
+dense (no 2:4 sparsity): NVIDIA's datasheets print the sparse figure for tensor cores, so the
+dense figure is half of it. "tensor16" is FP16/BF16 on tensor cores with FP32 accumulation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ckptlab.device import xp
+
+KIB = 1024
+MIB = 1024 * 1024
+
+# Where each number was read. The primary document is named first; "read via" names the copy
+# that was actually consulted when the primary itself was not reachable.
+_A100_DATASHEET = (
+    "NVIDIA A100 datasheet, https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/"
+    "a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf (read via "
+    "https://glennklockwood.com/garden/processors/A100)"
+)
+_AMPERE_TUNING = (
+    "CUDA Ampere tuning guide, https://docs.nvidia.com/cuda/ampere-tuning-guide/ ('The NVIDIA "
+    "A100 GPU supports shared memory capacity of 0, 8, 16, 32, 64, 100, 132 or 164 KB per SM')"
+)
+_A100_DEVICEQUERY = (
+    "deviceQuery on an A100-SXM4-80GB: 'L2 Cache Size: 41943040 bytes', 'Total shared memory "
+    "per multiprocessor: 167936 bytes' (https://gist.github.com/gengwg/3520df2ebf8872e5ee4818367e3a4122)"
+)
+_H100_DATASHEET = (
+    "NVIDIA H100 datasheet/whitepaper table (SXM5: FP32 67 TFLOPS, BF16/FP16 tensor 1,979 "
+    "TFLOPS with sparsity, 3,350 GB/s, L2 50 MB, shared memory configurable up to 228 KB per SM), "
+    "read via https://archive-lib.hpctech.co.jp/gpuproduct/nvidia-h100.html"
+)
+_H200_DATASHEET = (
+    "NVIDIA H200 datasheet, https://www.nvidia.com/en-us/data-center/h200/ (141 GB HBM3e at "
+    "4.8 TB/s; compute as the H100 SXM: FP32 67 TFLOPS, BF16 tensor 1,979 TFLOPS with sparsity), "
+    "read via https://lzwjava.github.io/nvidia-h200-gpu-specs-en and "
+    "https://itkb.uw.cz/2026/06/nvidia-h200-vs-b300-precisions-cores.html"
+)
+_H200_SAME_DIE = (
+    "same GH100 die as the H100 SXM (https://aiwiki.ai/wiki/nvidia_h200); NVIDIA's H200 "
+    "datasheet does not print L2 or shared memory, so the H100 figures are used"
+)
+_COMPUTE_CAPS = (
+    "CUDA C++ Programming Guide, compute capabilities table, https://docs.nvidia.com/cuda/"
+    "cuda-programming-guide/05-appendices/compute-capabilities.html (max shared memory per SM: "
+    "8.0 164 KB, 8.9 100 KB, 9.0 228 KB; cross-checked in "
+    "https://docs.rs/launchbound-model/2.2.0/launchbound_model/constant.DEVICES.html)"
+)
+_L4_DATASHEET = (
+    "NVIDIA L4 datasheet, https://www.nvidia.com/en-us/data-center/l4/ (FP32 30.3 TFLOPS, "
+    "FP16/BF16 tensor 242 TFLOPS with sparsity, 300 GB/s), read via "
+    "https://grokipedia.com/page/NVIDIA_L4_vs_L40S and "
+    "https://store.sourcecode.com/en-us/bg-bucket-compare/125/9820"
+)
+_L4_L2 = "AD104 L2 48 MB (TechPowerUp data via https://fpsbench.com/compare/gpu/nvidia-l4-vs-nvidia-tesla-m40)"
+_ADA_WHITEPAPER = (
+    "NVIDIA Ada GPU architecture whitepaper, RTX 4090 column (FP32 82.6 TFLOPS; FP16/BF16 tensor "
+    "with FP32 accumulate 165.2 TFLOPS dense; 1008 GB/s; L2 72 MB), read via "
+    "https://waredb.com/processor/nvidia-geforce-rtx-4090 and "
+    "https://holynerdvana.blogspot.com/2022/10/nvidia-geforce-rtx-4090-specifications.html"
+)
+_4090_DEVICEQUERY = (
+    _ADA_WHITEPAPER + "; a device query on an RTX 4090 printed 'L2 Cache Size: 72.00 MB "
+    "(75497472 bytes)' (a public README, found by searching for that byte count)"
+)
+
+# name -> peak numbers (SI: FLOP/s and bytes/s are powers of ten; L2 and shared memory are
+# binary sizes, as cudaDeviceProp reports them) and, per number, its source.
+SPECS: dict[str, dict] = {
+    "A100-SXM4-80GB": {
+        "fp32_flops": 19.5e12,
+        "tensor16_flops": 312e12,
+        "hbm_bytes_per_s": 2039e9,
+        "l2_bytes": 40 * MIB,
+        "smem_per_sm_bytes": 164 * KIB,
+        "sources": {
+            "fp32_flops": _A100_DATASHEET,
+            "tensor16_flops": _A100_DATASHEET,
+            "hbm_bytes_per_s": _A100_DATASHEET + " (80GB SXM: 2,039 GB/s)",
+            "l2_bytes": _A100_DEVICEQUERY,
+            "smem_per_sm_bytes": _AMPERE_TUNING,
+        },
+    },
+    "H100-SXM5-80GB": {
+        "fp32_flops": 67e12,
+        "tensor16_flops": 1979e12 / 2,
+        "hbm_bytes_per_s": 3350e9,
+        "l2_bytes": 50 * MIB,
+        "smem_per_sm_bytes": 228 * KIB,
+        "sources": {
+            "fp32_flops": _H100_DATASHEET,
+            "tensor16_flops": _H100_DATASHEET + "; dense is half the sparse figure",
+            "hbm_bytes_per_s": _H100_DATASHEET,
+            "l2_bytes": _H100_DATASHEET + "; '50 MB' taken as 50 MiB like the A100's 40 MiB",
+            "smem_per_sm_bytes": _COMPUTE_CAPS,
+        },
+    },
+    "H200-SXM-141GB": {
+        "fp32_flops": 67e12,
+        "tensor16_flops": 1979e12 / 2,
+        "hbm_bytes_per_s": 4800e9,
+        "l2_bytes": 50 * MIB,
+        "smem_per_sm_bytes": 228 * KIB,
+        "sources": {
+            "fp32_flops": _H200_DATASHEET,
+            "tensor16_flops": _H200_DATASHEET + "; dense is half the sparse figure",
+            "hbm_bytes_per_s": _H200_DATASHEET,
+            "l2_bytes": _H200_SAME_DIE,
+            "smem_per_sm_bytes": _COMPUTE_CAPS,
+        },
+    },
+    "L4": {
+        "fp32_flops": 30.3e12,
+        "tensor16_flops": 242e12 / 2,
+        "hbm_bytes_per_s": 300e9,  # GDDR6, not HBM: the field name is the role, not the technology
+        "l2_bytes": 48 * MIB,
+        "smem_per_sm_bytes": 100 * KIB,
+        "sources": {
+            "fp32_flops": _L4_DATASHEET,
+            "tensor16_flops": _L4_DATASHEET + "; dense is half the sparse figure",
+            "hbm_bytes_per_s": _L4_DATASHEET,
+            "l2_bytes": _L4_L2 + "; taken as 48 MiB",
+            "smem_per_sm_bytes": _COMPUTE_CAPS,
+        },
+    },
+    "RTX-4090": {
+        "fp32_flops": 82.6e12,
+        "tensor16_flops": 165.2e12,
+        "hbm_bytes_per_s": 1008e9,  # GDDR6X
+        "l2_bytes": 72 * MIB,
+        "smem_per_sm_bytes": 100 * KIB,
+        "sources": {
+            "fp32_flops": _ADA_WHITEPAPER,
+            "tensor16_flops": _ADA_WHITEPAPER + " (GeForce: FP32 accumulate runs at half the "
+            "FP16-accumulate rate)",
+            "hbm_bytes_per_s": _ADA_WHITEPAPER,
+            "l2_bytes": _4090_DEVICEQUERY,
+            "smem_per_sm_bytes": _COMPUTE_CAPS,
+        },
+    },
+}
+
+ALIASES = {
+    "a100": "A100-SXM4-80GB",
+    "h100": "H100-SXM5-80GB",
+    "h200": "H200-SXM-141GB",
+    "l4": "L4",
+    "4090": "RTX-4090",
+    "rtx4090": "RTX-4090",
+}
+
+# dtype name -> which peak applies: plain FP32 on CUDA cores, or 16-bit on tensor cores.
+DTYPE_PEAK = {
+    "fp32": "fp32_flops",
+    "float32": "fp32_flops",
+    "fp16": "tensor16_flops",
+    "float16": "tensor16_flops",
+    "half": "tensor16_flops",
+    "bf16": "tensor16_flops",
+    "bfloat16": "tensor16_flops",
+}
+
+
+def spec(name) -> dict:
+    """The spec dict of a device, by its table name or a short alias ("a100", "h100", "4090");
+    a dict is passed through (after checking it has the fields the functions here read)."""
+    if isinstance(name, dict):
+        missing = [k for k in ("fp32_flops", "tensor16_flops", "hbm_bytes_per_s") if k not in name]
+        if missing:
+            raise ValueError(f"spec: the dict lacks {missing}; expected the fields of SPECS")
+        return name
+    if not isinstance(name, str):
+        got = type(name).__name__
+        raise TypeError(f"spec: expected a device name (str) or a spec dict, got {got}")
+    key = ALIASES.get(name.strip().lower().replace(" ", ""), name.strip())
+    for table_name, entry in SPECS.items():
+        if table_name.lower() == key.lower():
+            return {"name": table_name, **entry}
+    known = sorted(SPECS) + sorted(ALIASES)
+    raise ValueError(f"spec: unknown device {name!r}; expected one of {known}")
+
+
+def _dtype_name(dtype) -> str:
+    name = dtype
+    if not isinstance(dtype, str):  # a numpy dtype or scalar type: np.float16 -> "float16"
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = None
+    if not isinstance(name, str) or name.lower() not in DTYPE_PEAK:
+        raise ValueError(f"dtype: expected one of {sorted(DTYPE_PEAK)}, got {dtype!r}")
+    return name.lower()
+
+
+def peak_flops(device, dtype: str = "fp32") -> float:
+    """Peak FLOP/s of `device` for `dtype`: FP32 on CUDA cores, FP16/BF16 on tensor cores."""
+    return float(spec(device)[DTYPE_PEAK[_dtype_name(dtype)]])
+
+
+def _check_count(name: str, value, *, positive: bool = False) -> float:
+    if isinstance(value, (bool, str)) or not hasattr(value, "__float__"):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+    value = float(value)
+    if not value >= 0 or value == float("inf") or (positive and value == 0):
+        need = "a positive finite number" if positive else "a non-negative finite number"
+        raise ValueError(f"{name}: expected {need}, got {value}")
+    return value
+
+
+def arithmetic_intensity(flops, bytes_moved) -> float:
+    """I = FLOPs / bytes of HBM traffic (FLOP per byte)."""
+    flops = _check_count("flops", flops)
+    bytes_moved = _check_count("bytes_moved", bytes_moved, positive=True)
+    return flops / bytes_moved
+
+
+def ridge_point(device, dtype: str = "fp32") -> float:
+    """The intensity where the roofs meet: peak FLOP/s / bandwidth (FLOP per byte). Kernels
+    below it are memory-bound on this device."""
+    return peak_flops(device, dtype) / spec(device)["hbm_bytes_per_s"]
+
+
+def attainable_flops(intensity, device, dtype: str = "fp32") -> float:
+    """The roof at intensity I: min(peak FLOP/s, I * bandwidth)."""
+    intensity = _check_count("intensity", intensity)
+    return min(peak_flops(device, dtype), intensity * spec(device)["hbm_bytes_per_s"])
+
+
+@dataclass(frozen=True)
+class ModeledTime:
+    """t = max(compute_s, memory_s) on `device`; `bound` says which term won ("memory" on a tie,
+    the exact ridge). Always a modeled number (source="modeled"), never a measurement."""
+
+    seconds: float
+    bound: str
+    compute_s: float
+    memory_s: float
+    device: str
+    dtype: str
+    source: str = "modeled"
+
+
+def modeled_time(flops, bytes_moved, device, dtype: str = "fp32") -> ModeledTime:
+    """Roofline time: max(FLOPs / peak FLOP/s, bytes / bandwidth), and which bound won."""
+    flops = _check_count("flops", flops)
+    bytes_moved = _check_count("bytes_moved", bytes_moved)
+    s = spec(device)
+    compute_s = flops / peak_flops(s, dtype)
+    memory_s = bytes_moved / s["hbm_bytes_per_s"]
+    bound = "compute" if compute_s > memory_s else "memory"
+    seconds = max(compute_s, memory_s)
+    name = s.get("name", "custom")
+    return ModeledTime(seconds, bound, compute_s, memory_s, name, _dtype_name(dtype))
+
+
+def utilization(flops, seconds, device, dtype: str = "fp32") -> float:
+    """Achieved FLOP/s as a fraction of peak: flops / seconds / peak. With model FLOPs (useful
+    work) this is MFU; with hardware FLOPs (recompute included) it is HFU."""
+    flops = _check_count("flops", flops)
+    seconds = _check_count("seconds", seconds, positive=True)
+    return flops / seconds / peak_flops(device, dtype)
+
+
+def current_gpu() -> str | None:
+    """The SPECS name of the GPU the "cuda" target sees, matched by its name (None if it is not
+    in the table)."""
+    cp = xp("cuda")
+    name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    for key in ("H200", "H100", "A100", "L4", "4090"):
+        if key in name.replace(" ", ""):
+            return spec(key.lower())["name"]
+    return None

@@ -1,0 +1,158 @@
+"""The instruments: wall time and peak memory (HBM bytes measured by Nsight Compute: ncu.py).
+
+- time_fn: CUDA events on the "cuda" target (warm-up calls excluded, so compilation is too; L2
+  flushed before each repeat), time.perf_counter on the CPU; median and spread of the repeats.
+- peak_memory: the most bytes held at once while fn runs, over what was held before it: the CuPy
+  memory pool's used bytes on a GPU, tracemalloc (which sees NumPy's buffers) on the CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+import tracemalloc
+from dataclasses import dataclass
+
+import numpy as np
+
+from ckptlab import device
+
+# ----------------------------------------------------------------------------- timers
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call of one function: median, 10th/90th percentiles, the relative spread
+    (p90 - p10) / median, every sample, the device it ran on and how it was timed."""
+
+    median_s: float
+    p10_s: float
+    p90_s: float
+    spread: float
+    samples_s: tuple
+    device: str
+    method: str
+
+
+def _cpu_label() -> str:
+    return f"cpu ({platform.machine() or 'unknown'}, {os.cpu_count()} cores)"
+
+
+def time_fn(fn, *, repeats: int = 20, warmup: int = 2, flush_l2: bool = True, target=None):
+    """Time `fn()` `repeats` times after `warmup` untimed calls (run-time compilation and first
+    touches happen there). On "cuda": CUDA events around each call, with a write of twice the L2
+    size before each so every repeat starts with a cold cache. On the CPU: perf_counter; the
+    CPU caches are not flushed (flush_l2 applies to the GPU's L2 only)."""
+    if not callable(fn):
+        raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats: expected an int >= 1, got {repeats!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup: expected an int >= 0, got {warmup!r}")
+    if (target or device.target()) == "cuda":
+        samples, label, how = _time_cuda(fn, repeats, warmup, flush_l2)
+    else:
+        for _ in range(warmup):
+            fn()
+        samples = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - t0)
+        label, how = _cpu_label(), "time.perf_counter"
+    s = np.asarray(samples, dtype=np.float64)
+    median, p10, p90 = (float(v) for v in np.percentile(s, [50, 10, 90]))
+    method = f"{how}, median of {repeats} after {warmup} warm-up call(s)"
+    spread = (p90 - p10) / median if median > 0 else float("nan")
+    return Timing(median, p10, p90, spread, tuple(float(v) for v in s), label, method)
+
+
+def _time_cuda(fn, repeats: int, warmup: int, flush_l2: bool):
+    """CUDA-event timing. Events are recorded on the current stream, so each one marks the
+    point where the work queued before it has finished, whatever the host is doing."""
+    cp = device.xp("cuda")
+    dev = cp.cuda.Device()
+    props = cp.cuda.runtime.getDeviceProperties(dev.id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    l2_bytes = int(props["l2CacheSize"])
+    flush = cp.empty(max(2 * l2_bytes, 1 << 20), dtype=cp.uint8) if flush_l2 else None  # (2*L2,)
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    for _ in range(warmup):
+        fn()
+    dev.synchronize()
+    samples = []
+    for _ in range(repeats):
+        if flush is not None:
+            flush.fill(0)  # writing 2x L2 evicts whatever fn's last call left in it
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(cp.cuda.get_elapsed_time(start, end) / 1e3)  # ms -> s
+    how = "CUDA events"
+    if flush is not None:
+        how += f", L2 flushed before each (write of {flush.nbytes / 1e6:.1f} MB)"
+    return samples, f"cuda: {name}", how
+
+
+# ----------------------------------------------------------------------------- peak memory
+
+
+def peak_memory(fn, *, target=None) -> int:
+    """Peak bytes allocated while `fn()` runs, above what was allocated before it.
+
+    On "cuda": the CuPy memory pool's used bytes (what arrays hold, rounded to the pool's
+    512-byte chunks), followed through CuPy's memory hooks, which the default pool calls on
+    every malloc and free. On the CPU: tracemalloc, which sees NumPy's array buffers and Python
+    objects but not memory a C extension mallocs itself (if tracemalloc was already tracing,
+    its peak is reset here)."""
+    if not callable(fn):
+        raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
+    if (target or device.target()) == "cuda":
+        return _peak_cupy(fn, device.xp("cuda"))
+    was_tracing = tracemalloc.is_tracing()
+    if not was_tracing:
+        tracemalloc.start()
+    tracemalloc.reset_peak()
+    before, _ = tracemalloc.get_traced_memory()
+    try:
+        fn()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        if not was_tracing:
+            tracemalloc.stop()
+    return max(0, peak - before)
+
+
+def _peak_cupy(fn, cp) -> int:
+    """Follow the default pool's used bytes through malloc/free hooks; return the peak rise."""
+    pool = cp.get_default_memory_pool()
+    if getattr(cp.cuda.get_allocator(), "__self__", None) is not pool:
+        raise RuntimeError("peak_memory: CuPy's allocator is not its default memory pool")
+    used = peak = 0
+
+    class PeakHook(cp.cuda.MemoryHook):  # CuPy's hook API is a subclass with these callbacks
+        name = "ckptlab_peak_memory"
+
+        def malloc_postprocess(self, **kw):
+            nonlocal used, peak
+            if kw["mem_ptr"]:  # 0 when the allocation failed
+                used += kw["mem_size"]
+                peak = max(peak, used)
+
+        def free_postprocess(self, **kw):
+            nonlocal used
+            used -= kw["mem_size"]
+
+    cp.cuda.Device().synchronize()
+    before = pool.used_bytes()
+    with PeakHook():
+        fn()
+        cp.cuda.Device().synchronize()
+    if pool.used_bytes() - before != used:  # the hooks saw every malloc and free, or say so
+        raise RuntimeError(
+            f"peak_memory: the pool's used bytes changed by {pool.used_bytes() - before}, the "
+            f"hooks counted {used}: another thread allocated, so the peak is not fn's alone"
+        )
+    return peak

@@ -1,0 +1,160 @@
+"""Races the emulator's race check finds on global memory (across blocks, inside a block) and
+through warp-level ordering, and the shared-memory limits of a GPU it enforces. Each fault is
+an EmuError naming the kernel, block, thread and line; the process survives."""
+
+
+import numpy as np
+import pytest
+
+from ckptlab import emu
+
+# ---- races on global memory and warp-level ordering -----------------------------------------
+GLOBAL_RACES = r"""
+extern "C" __global__ void sum_without_atomics(const float* x, float* total) {
+    total[0] += x[blockIdx.x * blockDim.x + threadIdx.x];   // lost updates on a GPU
+}
+extern "C" __global__ void sum_with_atomics(const float* x, float* total) {
+    atomicAdd(total, x[blockIdx.x * blockDim.x + threadIdx.x]);
+}
+extern "C" __global__ void two_writers_one_block(float* y) {
+    y[threadIdx.x / 2] = (float)threadIdx.x;                 // threads 2i and 2i+1 write y[i]
+}
+extern "C" __global__ void read_what_another_block_adds(float* y) {
+    if (blockIdx.x == 0) atomicAdd(&y[0], 1.0f);
+    else y[1] = y[0];                                        // plain read of an atomic target
+}
+extern "C" __global__ void barrier_orders_a_block(float* y) {
+    if (threadIdx.x == 0) y[0] = 1.0f;
+    __syncthreads();                                         // the write is visible to all
+    y[1 + threadIdx.x] = y[0];
+}
+extern "C" __global__ void partial_syncwarp(float* out) {
+    __shared__ float s[32];
+    const int lane = threadIdx.x;
+    if (lane < 8) {
+        s[lane] = (float)lane;
+        __syncwarp(0xffu);                                   // orders lanes 0-7 only
+    }
+    if (lane == 8) out[0] = s[0];                            // lane 8 took no part: a race
+}
+extern "C" __global__ void readers_then_syncwarp_then_write(float* out) {
+    __shared__ float s[1];
+    if (threadIdx.x == 0) s[0] = 1.0f;
+    __syncwarp();
+    out[threadIdx.x] = s[0];                                 // every lane reads s[0]
+    __syncwarp();                                            // ... and then all of them sync
+    if (threadIdx.x == 0) s[0] = 2.0f;                       // so this write races with none
+    __syncwarp();
+    out[32 + threadIdx.x] = s[0];
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def races():
+    return emu.RawModule(code=GLOBAL_RACES, name="races.cu")
+
+
+def test_cross_block_accumulation_without_atomics_is_a_race(races):
+    """`total[0] += x` from every thread: threads of one block race (caught at the second
+    thread), and so do blocks of one thread each (caught at the second block)."""
+    x = np.ones(4 * 32, np.float32)
+    f = races.get_function("sum_without_atomics")
+    with pytest.raises(emu.EmuError, match=r"global-memory race: this thread reads byte \+0 of "
+                                           r"argument 'total', which thread \(0,0,0\) wrote "
+                                           r".*races.cu:3") as info:
+        f((4,), (32,), (x, np.zeros(1, np.float32)))
+    assert info.value.kind == "race" and info.value.thread == (1, 0, 0)
+    with pytest.raises(emu.EmuError, match=r"global-memory race: .*argument 'total'.* another "
+                                           r"block .* in this launch") as info:
+        f((4,), (1,), (x, np.zeros(1, np.float32)))
+    assert info.value.block == (1, 0, 0)
+    total = np.zeros(1, np.float32)
+    races.get_function("sum_with_atomics")((4,), (32,), (x, total))  # the right way: no error
+    assert total[0] == 128
+
+
+def test_two_threads_of_a_block_writing_one_element(races):
+    with pytest.raises(emu.EmuError, match=r"global-memory race: this thread writes byte \+0 of "
+                                           r"argument 'y', which thread \(0,0,0\) wrote"):
+        races.get_function("two_writers_one_block")((1,), (8,), (np.zeros(4, np.float32),))
+
+
+def test_plain_read_of_what_another_block_updates_atomically(races):
+    with pytest.raises(emu.EmuError, match=r"reads .* which another block updated atomically"):
+        races.get_function("read_what_another_block_adds")((2,), (1,), (np.zeros(2, np.float32),))
+
+
+def test_a_barrier_orders_global_memory_inside_a_block(races):
+    y = np.zeros(33, np.float32)
+    races.get_function("barrier_orders_a_block")((1,), (32,), (y,))
+    assert (y == 1).all()
+
+
+def test_a_partial_syncwarp_does_not_order_lanes_outside_its_mask(races):
+    with pytest.raises(emu.EmuError, match=r"shared-memory race: this thread reads shared byte "
+                                           r"\+0, which thread \(0,0,0\) wrote"):
+        races.get_function("partial_syncwarp")((1,), (32,), (np.zeros(1, np.float32),))
+
+
+def test_readers_of_one_warp_then_syncwarp_then_a_write_is_no_race(races):
+    out = np.zeros(64, np.float32)
+    races.get_function("readers_then_syncwarp_then_write")((1,), (32,), (out,))
+    assert (out[:32] == 1).all() and (out[32:] == 2).all()
+
+
+def test_dropping_the_atomic_from_the_flash_backward_is_caught():
+    """The bug a learner makes when 'simplifying' FA2's dQ: += instead of atomicAdd. On the
+    emulator the numbers would still be right (blocks run one by one), so only the race check
+    stands between it and a GPU's lost updates."""
+    from ckptlab import device, kernels
+
+    src = device.kernel_source("attn_flash_bwd.cu")
+    line = "atomicAdd(&dQ[(bh * Nq + q0 + ii) * d + col], scale * sq);"
+    assert line in src  # the test edits exactly this line
+    broken = src.replace(line, "dQ[(bh * Nq + q0 + ii) * d + col] += scale * sq;")
+    name = kernels.table.template_name("attn_flash_bwd_dkdv", 16, 32, 32, False)  # atomic dQ
+    mod = emu.RawModule(code=broken, options=(f"-I{device.KERNELS_DIR}",),
+                        name="attn_flash_bwd.cu", name_expressions=[name])
+    rng = np.random.default_rng()
+    B, H, N, d = 1, 1, 40, 16
+    q, k, v, dO = (rng.standard_normal((B, H, N, d), dtype=np.float32) for _ in range(4))
+    _, saved = kernels.flash_forward(q, k, v)
+    L = saved.tensors["L"]
+    D = np.einsum("bhnd,bhnd->bhn", dO, saved.tensors["O"]).astype(np.float32)
+    dQ, dK, dV = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    args = (q, k, v, dO, L, D, dQ, dK, dV, np.int32(N), np.int32(N), np.float32(d ** -0.5),
+            np.int32(0), np.uint64(0), np.uint64(0), np.uint32(0), np.float32(1))
+    with pytest.raises(emu.EmuError, match=r"global-memory race: .*argument 'dQ'.*another block"):
+        mod.get_function(name)((2, B * H), (kernels.LANES, 32), args)
+
+
+SHARED_LIMITS = r"""
+extern "C" __global__ void big_static(float* out) {
+    __shared__ float s[16 * 1024 + 256];                     // 65 KiB: ptxas would refuse it
+    s[threadIdx.x] = 1.0f;
+    out[threadIdx.x] = s[threadIdx.x];
+}
+extern "C" __global__ void static_and_dynamic(float* out) {
+    __shared__ float s[8 * 1024];                            // 32 KiB static
+    extern __shared__ float dyn[];
+    s[threadIdx.x] = 1.0f;
+    dyn[threadIdx.x] = 2.0f;
+    out[threadIdx.x] = s[threadIdx.x] + dyn[threadIdx.x];
+}
+"""
+
+
+def test_shared_memory_over_a_gpus_limits():
+    mod = emu.RawModule(code=SHARED_LIMITS, name="limits.cu")
+    out = np.zeros(32, np.float32)
+    with pytest.raises(emu.EmuError, match=r"shared memory over a GPU's limit: 66560 bytes "
+                                           r"static.*48 KiB of static shared memory"):
+        mod.get_function("big_static")((1,), (32,), (out,))
+    f = mod.get_function("static_and_dynamic")
+    f((1,), (32,), (out,), shared_mem=16 * 1024)  # 32 + 16 KiB: exactly the default limit
+    assert (out == 3).all()
+    with pytest.raises(emu.EmuError, match=r"32768 bytes static \+ 20480 dynamic"):
+        f((1,), (32,), (out,), shared_mem=20 * 1024)
+    f.max_dynamic_shared_size_bytes = 64 * 1024  # opting in, as on a GPU
+    f((1,), (32,), (out,), shared_mem=20 * 1024)
