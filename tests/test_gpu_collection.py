@@ -3,8 +3,9 @@
 - that machine has no nbformat or nbclient, and `pytest -m gpu` imports every test file first:
   optional packages must skip their file, not stop the collection;
 - there cuda_available() is True while test files are imported: data built at import time would
-  become CuPy arrays before conftest pins CPU tests to the emulator. A stand-in `cupy` that
-  refuses every use shows that nothing is built on the detected target until a test runs;
+  become CuPy arrays before conftest pins CPU tests to the emulator. A stand-in for the "cuda"
+  array module (device.xp) that refuses every use shows that nothing is built on the detected
+  target until a test runs;
 - the target conftest pins follows the `gpu` marker, whatever the checkout's folder is called.
 """
 
@@ -35,10 +36,12 @@ RUNNER = textwrap.dedent("""\
             raise RuntimeError(f"cupy.{{attr}} used: data made on the detected 'cuda' target")
 
     sys.meta_path.insert(0, Blocker())
-    if FORCE_CUDA:
-        sys.modules["cupy"] = RefusingCupy("cupy")
+    if FORCE_CUDA:  # CuPy's own modules still import (the NVRTC check uses them); arrays don't
         from ckptlab import device
+        numpy_xp, refusing = device.xp, RefusingCupy("cupy")
         device.cuda_available = lambda: True
+        device.xp = lambda name=None: (refusing if (name or device.target()) == "cuda"
+                                       else numpy_xp(name))
     import pytest
     sys.exit(pytest.main(ARGS))
 """)
