@@ -50,9 +50,12 @@ _H200_DATASHEET = (
     "read via https://lzwjava.github.io/nvidia-h200-gpu-specs-en and "
     "https://itkb.uw.cz/2026/06/nvidia-h200-vs-b300-precisions-cores.html"
 )
-_H200_SAME_DIE = (
-    "same GH100 die as the H100 SXM (https://aiwiki.ai/wiki/nvidia_h200); NVIDIA's H200 "
-    "datasheet does not print L2 or shared memory, so the H100 figures are used"
+_H200_DEVICE_L2 = (
+    "read off the device: PyTorch reported 'NVIDIA H200', 132 multiprocessors and 60 MB of L2 on "
+    "this workplace's lent H200 (its device notes, KINDS.md, 2026-10-28); NVIDIA's H200 datasheet "
+    "(https://www.nvidia.com/en-us/data-center/h200/) does not print L2. Taken as 60 MiB like "
+    "the H100's 50 MB (bench/gpu_check.sh records the "
+    "exact l2CacheSize in environment.txt)"
 )
 _COMPUTE_CAPS = (
     "CUDA C++ Programming Guide, compute capabilities table, https://docs.nvidia.com/cuda/"
@@ -113,13 +116,13 @@ SPECS: dict[str, dict] = {
         "fp32_flops": 67e12,
         "tensor16_flops": 1979e12 / 2,
         "hbm_bytes_per_s": 4800e9,
-        "l2_bytes": 50 * MIB,
+        "l2_bytes": 60 * MIB,
         "smem_per_sm_bytes": 228 * KIB,
         "sources": {
             "fp32_flops": _H200_DATASHEET,
             "tensor16_flops": _H200_DATASHEET + "; dense is half the sparse figure",
             "hbm_bytes_per_s": _H200_DATASHEET,
-            "l2_bytes": _H200_SAME_DIE,
+            "l2_bytes": _H200_DEVICE_L2,
             "smem_per_sm_bytes": _COMPUTE_CAPS,
         },
     },
