@@ -1,6 +1,7 @@
 """The instruments and the models they are compared with.
 
-    timing.py    time_fn (CUDA events or perf_counter: median and spread), peak_memory
+    timing.py    time_fn (CUDA events or perf_counter: median and spread), peak_memory,
+                 blas_threads (BLAS pools limited in-process), quartiles
     ncu.py       HBM bytes measured by Nsight Compute; the labels every byte figure carries
     traffic.py   modeled bytes and FLOPs of every kernel launch (counted == modeled, tested)
     roofline.py  GPU specs with sources, arithmetic intensity, modeled time, MFU/HFU
@@ -23,7 +24,7 @@ from ckptlab.measure.ncu import (
     ncu_command,
     parse_ncu_csv,
 )
-from ckptlab.measure.timing import Timing, peak_memory, time_fn
+from ckptlab.measure.timing import Timing, blas_threads, peak_memory, quartiles, time_fn
 
-__all__ = ["SOURCES", "Timing", "check_source", "measure_hbm_bytes", "ncu_available",
-           "ncu_command", "parse_ncu_csv", "peak_memory", "time_fn"]
+__all__ = ["SOURCES", "Timing", "blas_threads", "check_source", "measure_hbm_bytes",
+           "ncu_available", "ncu_command", "parse_ncu_csv", "peak_memory", "quartiles", "time_fn"]
