@@ -125,7 +125,7 @@ def test_check_passes_and_fails(capsys, monkeypatch):
     """`check --quick` passes every kernel; with a dQ one part in 1e4 off it exits 1 and says
     which output failed."""
     rc, out, _ = run_cli(capsys, "check", "--quick")
-    assert rc == 0 and "12 of 12 passed" in out
+    assert rc == 0 and "20 of 20 passed" in out
     real = kernels.flash_backward
 
     def off_by_a_little(*args, **kwargs):
@@ -134,7 +134,7 @@ def test_check_passes_and_fails(capsys, monkeypatch):
 
     monkeypatch.setattr(kernels, "flash_backward", off_by_a_little)
     rc, out, _ = run_cli(capsys, "check", "--quick")
-    assert rc == 1 and "FAIL (dQ)" in out and "4 of 12 passed" in out
+    assert rc == 1 and "FAIL (dQ)" in out and "12 of 20 passed" in out
 
 
 def test_fig2_counts_one_head_and_scales(tmp_path, capsys, monkeypatch):
@@ -163,7 +163,7 @@ def test_tour_quick_end_to_end(tmp_path):
     for header in ("-- 1. gradient checks", "-- 2. store P (naive) vs recompute P (flash)",
                    "-- 3. checkpoint schedules"):
         assert header in p.stdout
-    assert "12 of 12 passed" in p.stdout
+    assert "20 of 20 passed" in p.stdout
     assert "time: modeled (A100-SXM4-80GB, fp32 roofline)" in p.stdout
     assert "counted bytes == modeled bytes (ckptlab.measure.traffic) on every row: yes" in p.stdout
     paths = written_paths(p.stdout)
@@ -227,7 +227,7 @@ def test_kernels_and_bench_emu_dispatch(capsys):
     (["bench", "attention", "--bogus"], "unrecognized arguments: --bogus"),
     (["bench", "attention", "--n", "64,x"], "comma-separated integers"),
     (["bench", "attention", "--impl", "fast"], "subset of"),
-    (["bench", "attention", "--d", "48"], "invalid choice"),
+    (["bench", "attention", "--d", "44"], "invalid choice"),
     (["tour", "--n", "64"], "at least two sizes"),
     (["--device", "tpu", "check"], "unknown target 'tpu'"),
 ])

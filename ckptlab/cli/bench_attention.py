@@ -27,7 +27,7 @@ from ckptlab import device, emu, kernels, measure
 from ckptlab.cli.report import check_fits, fmt_bytes, fmt_seconds, int_list, write_csv
 from ckptlab.measure import roofline, traffic
 
-IMPLS = traffic.METHODS  # naive, flash, flash-det (the deterministic dQ backward)
+IMPLS = traffic.VARIANTS  # naive, stored, flash, and stored-det, flash-det (deterministic dQ)
 DEFAULT_SPEC = "A100-SXM4-80GB"
 
 
@@ -36,11 +36,9 @@ DEFAULT_SPEC = "A100-SXM4-80GB"
 
 def forward_backward(impl: str, q, k, v, dO, causal=False):
     """One forward and one backward through the wrappers; returns (saved, (dQ, dK, dV))."""
-    if impl == "naive":
-        _, saved = kernels.naive_forward(q, k, v, causal=causal)
-        return saved, kernels.naive_backward(dO, q, k, v, saved)
-    _, saved = kernels.flash_forward(q, k, v, causal=causal)
-    return saved, kernels.flash_backward(dO, q, k, v, saved, deterministic=impl == "flash-det")
+    method, deterministic = impl.removesuffix("-det"), impl.endswith("-det")
+    _, saved = kernels.forward(method, q, k, v, causal=causal)
+    return saved, kernels.backward(method, dO, q, k, v, saved, deterministic)
 
 
 def run_case(impl: str, B, H, N, d, causal=False, *, repeats: int = 20, spec=None) -> dict:

@@ -18,10 +18,14 @@ def _flash_fwd_bwd(B, H, N, d, deterministic=False) -> dict:
 
 def recompute_flops(answer, B: int, H: int, N: int, d: int) -> Verdict:
     """FLOPs the flash backward (atomic dQ, not causal) spends recomputing S = scale Q K^T, for
-    q, k, v of shape (B, H, N, d); matmul FLOPs, 2 per multiply-add."""
+    q, k, v of shape (B, H, N, d); matmul FLOPs, 2 per multiply-add, on the N x N scores (the
+    kernel runs whole tiles: when N is not a multiple of them it executes more, traffic's
+    hardware count)."""
+    want = 2 * B * H * traffic.visible_pairs(N, N, False) * d
     (_, dkdv) = traffic.flash_backward_traffic(B, H, N, N, d)
-    want = dkdv.recompute_flops
     return exact(answer, want, "the FLOP count", hints=[
+        (dkdv.recompute_flops, "that counts the padded tail tiles the kernel also runs; the "
+                               "question asks for the N x N scores"),
         (want / 2, "a multiply-add is 2 FLOPs"),
         (2 * want, "only S = Q K^T is recomputed (P = exp(S - L) is pointwise); O = P V is not"),
     ], hint="S has N x N entries per (b, h), each a length-d dot product")
