@@ -28,8 +28,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 MARKER = "attn_ncu_case_marker"  # matches the attn_ filter; launched before each case
 SKIPPED = 3
-# What ncu prints when it cannot read the counters on this machine (KINDS.md, gVisor; NVIDIA's
-# ERR_NVGPUCTRPERM page): checked in this order, the first found is the reason given.
+# What ncu prints when it cannot read the counters on this machine (seen on the lent H200 under
+# gVisor, per the device tool's notes; NVIDIA's ERR_NVGPUCTRPERM page): checked in this order,
+# the first found is the reason given.
 COUNTERS_UNAVAILABLE = (
     "Failed to initialize the profiler",
     "LibraryNotLoaded",

@@ -52,10 +52,10 @@ _H200_DATASHEET = (
 )
 _H200_DEVICE_L2 = (
     "read off the device: PyTorch reported 'NVIDIA H200', 132 multiprocessors and 60 MB of L2 on "
-    "this workplace's lent H200 (its device notes, KINDS.md, 2026-10-28); NVIDIA's H200 datasheet "
-    "(https://www.nvidia.com/en-us/data-center/h200/) does not print L2. Taken as 60 MiB like "
-    "the H100's 50 MB (bench/gpu_check.sh records the "
-    "exact l2CacheSize in environment.txt)"
+    "this workplace's lent H200 (the device tool's notes on its machines, 2026-10-28); NVIDIA's "
+    "H200 datasheet (https://www.nvidia.com/en-us/data-center/h200/) does not print L2. Taken as "
+    "60 MiB like the H100's 50 MB (bench/gpu_check.sh records the exact l2CacheSize in "
+    "environment.txt)"
 )
 _COMPUTE_CAPS = (
     "CUDA C++ Programming Guide, compute capabilities table, https://docs.nvidia.com/cuda/"
