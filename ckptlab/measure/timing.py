@@ -5,10 +5,14 @@
   overhead is not timed), time.perf_counter on the CPU; median and spread of the repeats.
 - peak_memory: the most bytes held at once while fn runs, over what was held before it: the CuPy
   memory pool's used bytes on a GPU, tracemalloc (which sees NumPy's buffers) on the CPU.
+- blas_threads: limit the BLAS and OpenMP thread pools in this process (threadpoolctl), so that a
+  CPU timing does not swing with whatever else the machine's cores are doing; time_fn uses it.
+- quartiles: median and interquartile range of samples, the spread every CPU timing is shown with.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import time
@@ -36,6 +40,30 @@ class Timing:
     method: str
 
 
+@contextlib.contextmanager
+def blas_threads(n: int = 1):
+    """Within the block, BLAS (OpenBLAS, MKL, BLIS) and OpenMP use at most `n` threads, set
+    in-process through threadpoolctl (environment variables such as OPENBLAS_NUM_THREADS only
+    act before NumPy is imported). One thread per process: a 2-core machine shared with other
+    work then gives repeatable medians; the limit is lifted on exit."""
+    from threadpoolctl import threadpool_limits
+
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n: expected an int >= 1, got {n!r}")
+    with threadpool_limits(limits=n):
+        yield
+
+
+def quartiles(samples) -> tuple[float, float, float]:
+    """(median, 25th percentile, 75th percentile) of `samples` (seconds, or any numbers)."""
+    s = np.asarray(samples, dtype=np.float64)
+    if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)):
+        raise ValueError(f"samples: expected a non-empty 1-D sequence of finite numbers, got "
+                         f"{np.asarray(samples).tolist()}")
+    q2, q1, q3 = np.percentile(s, [50, 25, 75])
+    return float(q2), float(q1), float(q3)
+
+
 def _cpu_label() -> str:
     return f"cpu ({platform.machine() or 'unknown'}, {os.cpu_count()} cores)"
 
@@ -44,8 +72,9 @@ def time_fn(fn, *, repeats: int = 20, warmup: int = 2, flush_l2: bool = True, ta
             hold_stream: bool = True):
     """Time `fn()` `repeats` times after `warmup` untimed calls (run-time compilation and first
     touches happen there). On "cuda": CUDA events around each call, with a write of twice the L2
-    size before each so every repeat starts with a cold cache. On the CPU: perf_counter; the
-    CPU caches are not flushed (flush_l2 applies to the GPU's L2 only).
+    size before each so every repeat starts with a cold cache. On the CPU: perf_counter, with
+    the BLAS threads limited to one (blas_threads); the CPU caches are not flushed (flush_l2
+    applies to the GPU's L2 only).
 
     On "cuda", a one-thread kernel holds the stream while fn is called (nvbench's blocking
     kernel): at small sizes the host's work per call (checks, allocation, 3 to 8 launches) takes
@@ -62,14 +91,15 @@ def time_fn(fn, *, repeats: int = 20, warmup: int = 2, flush_l2: bool = True, ta
     if (target or device.target()) == "cuda":
         samples, label, how = _time_cuda(fn, repeats, warmup, flush_l2, hold_stream)
     else:
-        for _ in range(warmup):
-            fn()
         samples = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            samples.append(time.perf_counter() - t0)
-        label, how = _cpu_label(), "time.perf_counter"
+        with blas_threads(1):
+            for _ in range(warmup):
+                fn()
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                fn()
+                samples.append(time.perf_counter() - t0)
+        label, how = _cpu_label(), "time.perf_counter, BLAS on 1 thread"
     s = np.asarray(samples, dtype=np.float64)
     median, p10, p90 = (float(v) for v in np.percentile(s, [50, 10, 90]))
     method = f"{how}, median of {repeats} after {warmup} warm-up call(s)"
