@@ -64,14 +64,15 @@ T0=$(date +%s)
 source "$REPO/bench/gpu_lib.sh"
 
 # What to cover, read from this checkout: every test file with a gpu mark, and every attention
-# method bench attention knows (stored and the tensor-core kinds, once they exist).
+# method bench attention knows (stored and the tensor-core kinds, once they exist), less the
+# deterministic-dQ variants (-det), which the GPU tests check.
 # (The mark as the files write it: a decorator or pytestmark at the top level, not in a string;
 # tests/test_gpu_check.py checks this list against pytest's own -m gpu collection.)
 GPU_MARK='^(@pytest\.mark\.gpu\b|pytestmark = .*pytest\.mark\.gpu\b|    pytest\.mark\.gpu,)'
 GPU_TESTS=()
 while IFS= read -r f; do GPU_TESTS+=("$f"); done < <(grep -l -E "$GPU_MARK" tests/test_*.py | sort)
 IMPLS=$("$PY" -c "from ckptlab.cli.bench_attention import IMPLS
-print(','.join(i for i in IMPLS if i != 'flash-det'))" 2>/dev/null) || IMPLS=naive,flash
+print(','.join(i for i in IMPLS if not i.endswith('-det')))" 2>/dev/null) || IMPLS=naive,flash
 
 add_step env 30 "$PY" bench/gpu_env.py
 add_step pytest_gpu 100 "$PY" -m pytest -m gpu -q -rs -p no:cacheprovider \

@@ -39,23 +39,28 @@ def command(argv, timeout=15) -> str:
 
 
 def cupy_gpu() -> tuple[bool, str]:
+    """(CuPy sees a GPU, a line describing it). Only the first part decides whether the GPU
+    steps run: a property this CuPy does not report is printed as '?', never fatal."""
     try:
         import cupy as cp
 
         if not cp.cuda.is_available():
             return False, "CuPy sees no CUDA device (cupy.cuda.is_available() is False)"
-        dev = cp.cuda.Device()
-        p = cp.cuda.runtime.getDeviceProperties(dev.id)
-        name = p["name"].decode() if isinstance(p["name"], bytes) else p["name"]
-        return True, (f"CuPy: {name}, compute capability {p['major']}.{p['minor']}, "
-                      f"{p['multiProcessorCount']} SMs, L2 {p['l2CacheSize']} bytes, "
-                      f"{p['totalGlobalMem']} bytes of memory, shared memory per SM "
-                      f"{p['sharedMemPerMultiprocessor']} bytes; CUDA runtime "
-                      f"{cp.cuda.runtime.runtimeGetVersion()}, driver "
-                      f"{cp.cuda.runtime.driverGetVersion()}; default stream ptr "
-                      f"{cp.cuda.get_current_stream().ptr}")
     except Exception as e:
         return False, f"CuPy cannot be used: {type(e).__name__}: {e}"
+    try:
+        p = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+        name = p.get("name", b"?")
+        name = name.decode() if isinstance(name, bytes) else name
+        return True, (f"CuPy: {name}, compute capability {p.get('major', '?')}."
+                      f"{p.get('minor', '?')}, {p.get('multiProcessorCount', '?')} SMs, L2 "
+                      f"{p.get('l2CacheSize', '?')} bytes, {p.get('totalGlobalMem', '?')} bytes "
+                      f"of memory, shared memory per SM {p.get('sharedMemPerMultiprocessor', '?')}"
+                      f" bytes; CUDA runtime {cp.cuda.runtime.runtimeGetVersion()}, driver "
+                      f"{cp.cuda.runtime.driverGetVersion()}; current stream ptr "
+                      f"{cp.cuda.get_current_stream().ptr}")
+    except Exception as e:
+        return True, f"CuPy sees a GPU; its properties could not be read: {type(e).__name__}: {e}"
 
 
 def torch_gpu() -> str:
@@ -65,7 +70,10 @@ def torch_gpu() -> str:
         return f"PyTorch unavailable ({type(e).__name__}): the peer step times ckptlab alone"
     if not torch.cuda.is_available():
         return f"PyTorch {torch.__version__}: no CUDA"
-    p = torch.cuda.get_device_properties(0)
+    try:
+        p = torch.cuda.get_device_properties(0)
+    except Exception as e:
+        return f"PyTorch {torch.__version__}: device properties unreadable: {e}"
     return (f"PyTorch {torch.__version__} (CUDA {torch.version.cuda}): {p.name}, "
             f"{p.multi_processor_count} SMs, L2 {getattr(p, 'L2_cache_size', '?')} bytes; "
             f"current stream {torch.cuda.current_stream().cuda_stream}; float32 matmul "

@@ -150,3 +150,27 @@ def test_peer_without_pytorch_times_ckptlab_alone(tmp_path):
     assert rows and all(r["who"] == "ckptlab" for r in rows)
     text = (tmp_path / "peer.txt").read_text()
     assert "PyTorch unavailable" in text and "(no PyTorch rows: no ratios)" in text
+
+
+# ------------------------------------------------------------------------- the environment
+
+
+def test_env_runs_the_steps_when_cupy_sees_a_gpu_whatever_it_reports(monkeypatch, capsys):
+    """A property this CuPy does not report must not stop the run: only is_available decides."""
+    from types import SimpleNamespace
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import gpu_env
+
+    runtime = SimpleNamespace(getDeviceProperties=lambda i: {"name": b"NVIDIA H200"},
+                              runtimeGetVersion=lambda: 13000, driverGetVersion=lambda: 13000)
+    fake = SimpleNamespace(cuda=SimpleNamespace(
+        is_available=lambda: True, runtime=runtime, Device=lambda: SimpleNamespace(id=0),
+        get_current_stream=lambda: SimpleNamespace(ptr=0)))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    assert gpu_env.main([]) == 0
+    out = capsys.readouterr().out
+    assert "CuPy: NVIDIA H200" in out and "L2 ? bytes" in out
+    fake.cuda.is_available = lambda: False
+    assert gpu_env.main([]) == 2 and "no usable GPU" in capsys.readouterr().out
+    assert gpu_env.main(["--allow-no-gpu"]) == 0
