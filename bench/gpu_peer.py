@@ -200,7 +200,7 @@ def ratios(rows) -> list[str]:
 
 def table(rows) -> list[str]:
     out = [f"{'who':<8} {'method':<15} {'dtype':<9} {'N':>6} {'causal':<6} {'median':>10} "
-           f"{'p10':>10} {'p90':>10} {'TFLOP/s':>8}"]
+           f"{'p10':>10} {'p90':>10} {'TFLOP/s':>8}  (* some repeats include host time)"]
     for r in rows:
         if "median_s" not in r:
             out.append(f"{r['who']:<8} {r['method']:<15} {r['dtype']:<9} {r['N']:>6} "
@@ -209,7 +209,8 @@ def table(rows) -> list[str]:
         out.append(f"{r['who']:<8} {r['method']:<15} {r['dtype']:<9} {r['N']:>6} "
                    f"{r['causal']!s:<6} {fmt_seconds(r['median_s']):>10} "
                    f"{fmt_seconds(r['p10_s']):>10} {fmt_seconds(r['p90_s']):>10} "
-                   f"{r['model_tflops_per_s']:>8.3g}")
+                   f"{r['model_tflops_per_s']:>8.3g}"
+                   + ("  *" if "include host time" in r["timer"] else ""))
     return out
 
 
