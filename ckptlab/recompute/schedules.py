@@ -8,7 +8,8 @@ peak, and the recompute FLOPs. Tests hold the engine's measured ledger to these 
     none                 store everything: peak ~ L blocks
     every(k), sqrt       uniform checkpointed segments; sqrt: round(sqrt L) of them, peak
                          ~ 2 sqrt(L) blocks for one extra forward (Chen et al. 2016)
-    chen_greedy(b)       Chen's greedy: close a segment before its saved bytes exceed b
+    chen_greedy(b)       Chen's Algorithm 3: close a segment with the block whose saved
+                         bytes take its running total over b
     revolve(s)           binomial checkpointing (Griewank & Walther) with s snapshots: the
                          fewest recomputed blocks for a uniform chain, multi-level
     optimal(bytes)       dynamic programming over the measured, heterogeneous chain: the least
@@ -22,6 +23,8 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ckptlab.recompute.optimal import optimal_plan, revolve_cost, revolve_plan
 from ckptlab.recompute.plan import Seg, check_plan, plan_blocks, uniform_plan
@@ -95,20 +98,25 @@ def selective(policy, L: int) -> Schedule:
 
 
 def chen_greedy(budget_bytes, prof) -> Schedule:
-    """Chen et al. 2016, Algorithm 3 (greedy): walk the blocks, adding each one's saved bytes to
-    the open segment; close the segment before it would exceed `budget_bytes`. The budget is
-    per segment (Chen's b), not the peak; every segment is checkpointed."""
+    """Chen et al. 2016, Algorithm 3 (memory planning with budget b), as published: walk the
+    blocks adding each one's saved bytes to a running total; when the total exceeds b, the
+    block just added closes its segment (a checkpoint after it) and the total restarts at 0.
+    So every closed segment is the shortest run whose bytes exceed b, and the blocks after the
+    last cut form a last segment of at most b. b is Chen's approximate per-segment budget, not
+    the peak; every segment is checkpointed."""
+    if (isinstance(budget_bytes, bool) or not isinstance(budget_bytes, (int, float, np.number))
+            or not math.isfinite(budget_bytes) or budget_bytes < 0):
+        raise ValueError(f"chen_greedy: budget must be a finite number of bytes >= 0, got "
+                         f"{budget_bytes!r}")
     sizes = [sum(p.saved.values()) for p in _blocks(prof)]
-    if budget_bytes < max(sizes):
-        raise ValueError(f"chen_greedy: budget {int(budget_bytes)} bytes is below the minimum "
-                         f"feasible {max(sizes)} bytes (the largest block's saved bytes)")
-    segs, start, temp = [], 0, 0
+    segs, start, total = [], 0, 0
     for i, size in enumerate(sizes):
-        if temp + size > budget_bytes:
-            segs.append(Seg(range(start, i)))
-            start, temp = i, 0
-        temp += size
-    segs.append(Seg(range(start, len(sizes))))
+        total += size
+        if total > budget_bytes:
+            segs.append(Seg(range(start, i + 1)))
+            start, total = i + 1, 0
+    if start < len(sizes):
+        segs.append(Seg(range(start, len(sizes))))
     return Schedule(f"chen_greedy({int(budget_bytes)})", segs)
 
 
