@@ -125,3 +125,25 @@ def test_make_parses_and_refuses():
     for bad in ("sqrtt", "every()", "every(x)", "optimal(5)"):
         with pytest.raises(ValueError):
             schedules.make(bad, 4)
+
+
+@pytest.mark.parametrize("spec", ["optimal(nan)", "optimal(inf)", "optimal(-5)", "optimal(1e999)",
+                                  "optimal(nan%)", "optimal(-10%)", "chen_greedy(nan)",
+                                  "chen_greedy(inf)", "chen_greedy(-1)", "optimal()",
+                                  "optimal( )"])
+def test_a_budget_that_is_not_a_finite_number_of_bytes_is_refused(spec):
+    """Not "max() arg is an empty sequence" or an OverflowError: one ValueError that names the
+    spec and says what a budget must be."""
+    model, x, y = mlp_case(layers=3)
+    prof = model.profile(x, y)
+    with pytest.raises(ValueError, match=r"budget|unknown or incomplete") as e:
+        schedules.make(spec, prof=prof)
+    assert spec.split("(")[0] in str(e.value)
+
+
+def test_selective_needs_a_profile_with_its_policy():
+    model, x, y = mlp_case(layers=3)
+    sched = schedules.make("selective(matmul)", 3)
+    with pytest.raises(ValueError, match=r"selective\(matmul\).*policies=\['matmul'\]"):
+        sched.predict(model.profile(x, y))
+    assert sched.predict(model.profile(x, y, policies=["matmul"])).peak_bytes > 0

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ckptlab.recompute.optimal import optimal_plan, revolve_cost, revolve_plan
-from ckptlab.recompute.plan import Seg, check_plan, plan_blocks, uniform_plan
+from ckptlab.recompute.plan import POLICIES, Seg, check_plan, plan_blocks, uniform_plan
 from ckptlab.recompute.profile import Profile, StageProfile
 
 
@@ -104,10 +104,7 @@ def chen_greedy(budget_bytes, prof) -> Schedule:
     So every closed segment is the shortest run whose bytes exceed b, and the blocks after the
     last cut form a last segment of at most b. b is Chen's approximate per-segment budget, not
     the peak; every segment is checkpointed."""
-    if (isinstance(budget_bytes, bool) or not isinstance(budget_bytes, (int, float, np.number))
-            or not math.isfinite(budget_bytes) or budget_bytes < 0):
-        raise ValueError(f"chen_greedy: budget must be a finite number of bytes >= 0, got "
-                         f"{budget_bytes!r}")
+    budget_bytes = _budget(budget_bytes, "chen_greedy")
     sizes = [sum(p.saved.values()) for p in _blocks(prof)]
     segs, start, total = [], 0, 0
     for i, size in enumerate(sizes):
@@ -135,11 +132,23 @@ def optimal(budget_bytes, prof) -> Schedule:
     """The plan with the fewest recompute FLOPs whose predicted peak saved bytes (the whole
     step, stages around the blocks included) is at most `budget_bytes`. Raises ValueError
     naming the minimum feasible peak when the budget is below it."""
+    budget_bytes = _budget(budget_bytes, "optimal")
     full = optimal_plan(prof, budget_bytes)
     first, n = prof.first, prof.n_blocks
     plan = [_shift(item, -first) for item in full  # drop the plain stages around the blocks
             if isinstance(item, Seg) or first <= item < first + n]
     return Schedule(f"optimal({int(budget_bytes)})", plan)
+
+
+def _budget(budget_bytes, who: str):
+    """A budget in bytes: a finite real number >= 0 (NaN compares false with every peak, and
+    a budget that is infinite, or infinite once rounded, names no schedule)."""
+    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, (int, float, np.number)):
+        raise ValueError(f"{who}: budget must be a number of bytes, got {budget_bytes!r}")
+    if not math.isfinite(budget_bytes) or budget_bytes < 0:
+        raise ValueError(f"{who}: budget must be a finite number of bytes >= 0, got "
+                         f"{budget_bytes!r}")
+    return budget_bytes
 
 
 def _blocks(prof):
@@ -245,12 +254,27 @@ class Prediction:
         return " ".join(f"{words.get(a, a)}{i}" for a, i, _ in self.steps)
 
 
+def _check_policies(items, stages) -> None:
+    """A selective Seg needs what its policy stores per block, measured by the profile."""
+    for item in items:
+        if not isinstance(item, Seg):
+            continue
+        missing = [j for j in item.blocks() if item.policy and item.policy not in stages[j].stored]
+        if missing:
+            name = next((k for k, v in POLICIES.items() if v == item.policy), sorted(item.policy))
+            raise ValueError(f"selective({name if isinstance(name, str) else '+'.join(name)}): "
+                             f"the profile has no measurement for this policy (stage "
+                             f"{missing[0]}); build it with profile(..., policies=[{name!r}])")
+        _check_policies(item.items, stages)
+
+
 def simulate(plan, prof) -> Prediction:
     """Walk `plan` (over all stages of `prof`) exactly as checkpoint/autograd execute it,
     counting buffers by name: ("x", i) is stage i's input (= stage i-1's output), ("b", i, l)
     a buffer made inside stage i. A buffer held by several holders counts once."""
     pred, held = Prediction(), {}
     stages = prof.stages
+    _check_policies(plan, stages)
     state = {"bytes": 0, "tapes": 0}
     snaps = {}  # block inputs held by checkpoints -> how many checkpoints hold each
 
