@@ -60,6 +60,7 @@ def checkpoint(fn, *args, preserve_rng_state: bool = True, determinism_check: st
     check = determinism_check != "none"
     sums = _checksums(tensors) if check else None
     rng_state = tape.rng_state()
+    recompute_ops = tape.recompute_ops()  # the recompute runs its ops as the first pass did
     store = tape.ValueStore(policy) if policy is not None else None
     with tape.no_grad(), tape.storing(store), tape.tracing(tape.Trace()) as first:
         y, outs = _outputs(fn(*args))
@@ -83,7 +84,7 @@ def checkpoint(fn, *args, preserve_rng_state: bool = True, determinism_check: st
         try:
             local = [_local(x) if isinstance(x, Tensor) else x for x in args]
             with tape.enable_grad(), tape.phase("recompute"), tape.storing(store), \
-                    tape.tracing(tape.Trace()) as second:
+                    tape.recomputing(recompute_ops), tape.tracing(tape.Trace()) as second:
                 _, outs2 = _outputs(fn(*local))
         finally:
             if preserve_rng_state:
