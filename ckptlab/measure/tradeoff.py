@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ckptlab.measure.figure import _finish, _fmt, _new_axes, _save, _unit, label_points
+from ckptlab.measure.figure import (
+    _finish,
+    _fmt,
+    _new_axes,
+    _plain_log_labels,
+    _save,
+    _unit,
+    label_points,
+)
 
 
 def pareto_front(points) -> list[int]:
@@ -60,12 +68,14 @@ def plot_pareto(schedules, *, title=None, path=None):
     return _save(fig, path)
 
 
-def plot_memory_vs_time(points, *, device: str = "", title=None, path=None):
+def plot_memory_vs_time(points, *, device: str = "", log_memory: bool = False, title=None,
+                        path=None):
     """Peak memory against measured time per step, one point per schedule: dicts with name,
     peak_bytes, seconds (the median) and optionally q1_s, q3_s (the interquartile range, drawn
     as a horizontal bar). The frontier joins the points no other beats on both; a point whose
     bar overlaps another's cannot be ordered by time at this noise. `device` names where the
-    times were measured."""
+    times were measured (or modeled); log_memory puts memory on a log axis, for points that
+    span decades."""
     _check(points, ("name", "peak_bytes", "seconds"), "points")
     t = np.array([p["seconds"] for p in points], dtype=np.float64)
     lo = np.array([p.get("q1_s", p["seconds"]) for p in points], dtype=np.float64)
@@ -83,12 +93,18 @@ def plot_memory_vs_time(points, *, device: str = "", title=None, path=None):
         ax.errorbar(t[i] / tscale, ys[i] / bscale, xerr=[[(t[i] - lo[i]) / tscale],
                                                          [(hi[i] - t[i]) / tscale]],
                     fmt="o", color=color, ms=7, capsize=3, lw=1.2)
-    ax.errorbar([], [], xerr=[], fmt="o", color="0.3", capsize=3, label="median, IQR")
+    if np.any(lo < t) or np.any(hi > t):
+        ax.errorbar([], [], xerr=[], fmt="o", color="0.3", capsize=3, label="median, IQR")
     where = f" on {device}" if device else ""
     ax.set_xlabel(f"time per training step{where} ({tunit})")
     ax.set_ylabel(f"peak activation memory ({bunit})")
     ax.set_xlim(0, 1.08 * float(hi.max()) / tscale)
-    ax.set_ylim(0, 1.12 * float(ys.max()) / bscale)
+    if log_memory:
+        ax.set_yscale("log")
+        ax.set_ylim(0.5 * float(ys.min()) / bscale, 2.0 * float(ys.max()) / bscale)
+        _plain_log_labels(ax.yaxis)
+    else:
+        ax.set_ylim(0, 1.12 * float(ys.max()) / bscale)
     ax.legend(fontsize=8, loc="lower left")  # the x axis starts at 0: that corner is empty
     if title is None:
         fast, small = int(np.argmin(t)), int(np.argmin(ys))
