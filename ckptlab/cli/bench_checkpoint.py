@@ -305,6 +305,11 @@ def table(rows) -> str:
                  "tracemalloc/CuPy pool; step: median [25th-75th percentile] of interleaved "
                  "repeats; /hand: step median / by-hand median; GFLOP/s: model FLOPs")
     lines += torch_notes(rows, with_torch)
+    if r0["model"] == "mlp" and any(r["schedule"].startswith("keep(") for r in rows):
+        lines.append("keep(matmul) on this ReLU MLP holds more than none: it keeps both matmul "
+                     "outputs, the first the size of ReLU's output (which none keeps instead), "
+                     "the second one none never keeps; and its recompute makes ReLU's output "
+                     "again on top")
     warning = overlap_warning(rows)
     if warning:
         lines.append(warning)
