@@ -40,7 +40,7 @@ def test_hand_written_step_equals_the_engine(case):
 
 def test_rows_meet_their_predictions_and_print():
     rows = bench_checkpoint.run("gpt", layers=3, schedule_specs=["none", "sqrt", "optimal(60%)",
-                                                                 "selective(matmul)"],
+                                                                 "keep(matmul)"],
                                 width=16, batch=2, seq=8, heads=2, repeats=1)
     assert rows[0]["schedule"].startswith("by hand")
     for r in rows[1:]:
@@ -63,3 +63,50 @@ def test_main_runs_and_refuses_bad_arguments(capsys):
         bench_checkpoint.main(["--layers", "0"])
     with pytest.raises(SystemExit):
         bench_checkpoint.main(["--layers", "4", "--schedule", "bogus", "--no-torch"])
+
+
+def _row(name, samples):
+    q2, q1, q3 = np.percentile(samples, [50, 25, 75])
+    return {"model": "mlp", "layers": 4, "width": 8, "batch": 2, "dtype": "float32",
+            "device": "cpu", "repeats": len(samples), "schedule": name, "plan": "[]",
+            "predicted_peak_bytes": 1, "measured_peak_bytes": 1, "prediction_error": 0.0,
+            "allocator_peak_bytes": 1, "model_flops": 1, "hardware_flops": 1,
+            "hfu_over_mfu": 1.0, "step_s": q2, "step_q1_s": q1, "step_q3_s": q3,
+            "step_over_hand": 1.0, "model_gflop_per_s": 1.0, "torch_note": "not asked for"}
+
+
+def test_the_table_shows_each_spread_and_warns_when_rows_cannot_be_ordered():
+    hand = {**_row("by hand", [0.9e-3, 1e-3, 1.1e-3]), "schedule": "by hand"}
+    for key in ("predicted_peak_bytes", "torch_note"):
+        del hand[key]
+    apart = [hand, _row("none", [1e-3, 1.1e-3, 1.2e-3]), _row("sqrt", [2e-3, 2.1e-3, 2.2e-3])]
+    text = bench_checkpoint.table(apart)
+    assert "1.1 [1.05-1.15] ms" in text and "2.1 [2.05-2.15] ms" in text  # median [IQR]
+    assert "warning" not in text and bench_checkpoint.overlapping(apart) == []
+    assert "PyTorch twin (torch step, torch saved) not run: not asked for" in text
+    close = apart[:2] + [_row("sqrt", [1.05e-3, 1.12e-3, 1.3e-3])]
+    assert bench_checkpoint.overlapping(close) == [("none", "sqrt")]
+    warning = bench_checkpoint.table(close).splitlines()[-1]
+    assert warning.startswith("warning: 1 pair(s)") and "none ~ sqrt" in warning
+    assert "--repeats (now 3)" in warning
+
+
+def test_step_and_over_hand_agree_and_every_time_has_its_spread(tmp_path):
+    rows = bench_checkpoint.run("mlp", layers=3, schedule_specs=["none", "sqrt"], width=8,
+                                batch=4, repeats=3, with_torch=False)
+    hand = rows[0]
+    for r in rows:
+        assert r["step_q1_s"] <= r["step_s"] <= r["step_q3_s"]
+    for r in rows[1:]:
+        assert r["step_over_hand"] == r["step_s"] / hand["step_s"]
+    paths = bench_checkpoint.figures(rows, tmp_path)
+    assert all(p.stat().st_size > 5000 for p in paths)
+
+
+def test_the_recompute_attn_row_says_why_torch_has_no_number():
+    rows = bench_checkpoint.run("gpt", layers=2, schedule_specs=["none", "recompute(attn)"],
+                                width=8, batch=1, seq=6, heads=2, repeats=1)
+    assert rows[2]["schedule"] == "recompute(attn)"
+    assert rows[2]["measured_peak_bytes"] == rows[2]["predicted_peak_bytes"]
+    assert "torch '-' for recompute(attn): the twin does not recompute inside an op" in \
+        bench_checkpoint.table(rows)

@@ -171,7 +171,8 @@ def test_tour_quick_end_to_end(tmp_path):
     assert names == sorted([
         "tour_checks.csv", "tour_attention.csv", "tour_checkpoint.csv",
         "attention_memory_vs_n.png", "attention_time_vs_n.png", "attention_hbm_bytes_vs_n.png",
-        "attention_roofline.png", "checkpoint_memory_trace.png", "checkpoint_pareto.png"])
+        "attention_roofline.png", "checkpoint_memory_trace.png", "checkpoint_pareto.png",
+        "checkpoint_memory_vs_time.png"])
     for path in paths:
         assert path.parent == tmp_path and path.stat().st_size > 0, path
         if path.suffix == ".png":

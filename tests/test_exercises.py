@@ -42,6 +42,8 @@ CASES = [
     ("compute_bound_tile", lab01.compute_bound_tile, dict(device="A100", size=4096), S1.answer_3,
      16),
     ("free_flops", lab01.free_flops, dict(R=4096, C=4096, device="H100"), S1.answer_4, 20.0),
+    ("race_fixed", lab01.race_fixed, {}, S1.answer_5, lab01.racy_sgemm_source()),
+    ("sgemm_shared_bytes", lab01.sgemm_shared_bytes, dict(tile=32), S1.answer_6, 4096),
     ("naive_nn_bytes", lab02.naive_nn_bytes, dict(B=1, H=2, N=100, d=32), S2.answer_1,
      2 * 4 * 2 * 100 * 100),
     ("naive_nn_bytes odd", lab02.naive_nn_bytes, dict(B=3, H=1, N=37, d=16),
@@ -148,6 +150,8 @@ def test_schedule_answers_in_every_form():
     assert lab08.schedule_for_budget(schedules.Schedule("mine", S8.answer_1), **budget) == "right"
     assert "DP's own answer" in lab08.schedule_for_budget("optimal(40%)", **budget)
     assert "over the budget" in lab08.schedule_for_budget("selective(matmul)", **budget)
+    assert "over the budget" in lab08.schedule_for_budget("keep(matmul)", **budget)
+    assert "over the budget" in lab08.schedule_for_budget("recompute(attn)", **budget)
     assert "no fewer than sqrt" in lab08.schedule_for_budget("every(2)", **budget)
     assert "cannot be built" in lab08.schedule_for_budget("every(two)", **budget)
     assert "cannot be" in lab08.schedule_for_budget([Seg([0, 1]), 3], **budget)  # not a cover

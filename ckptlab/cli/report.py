@@ -73,15 +73,15 @@ def writable_folder(path) -> Path:
 
 
 def fmt_bytes(x) -> str:
-    """Decimal units, as bandwidths are quoted (1 GB = 1e9 bytes)."""
-    for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+    """Binary units, as the figures use (1 MiB = 2^20 bytes); bandwidths stay decimal (GB/s)."""
+    for scale, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
         if x >= scale:
             return f"{x / scale:.3g} {unit}"
     return f"{x:.0f} B"
 
 
 def fmt_seconds(x) -> str:
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
         if x >= scale:
             return f"{x / scale:.3g} {unit}"
     return f"{x / 1e-9:.3g} ns"

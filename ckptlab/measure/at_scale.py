@@ -5,8 +5,8 @@ arXiv 2205.05198, section 4): a GPT layer with sequence length s, micro-batch b,
 and a heads, 16-bit activations, no tensor or sequence parallelism, holds for its backward
 
     none       s b h (34 + 5 a s / h) bytes   every activation: 34 s b h of them grow with h,
-                                              5 a s^2 b (QK^T, softmax, its dropout mask and
-                                              output) with s^2
+                                              5 a s^2 b with s^2: the softmax output (2), its
+                                              dropout mask (1) and output (2); QK^T is not kept
     selective  34 s b h                       the attention core is recomputed (their proposal)
     flash      34 s b h + 4 a s b             FlashAttention's own recompute: nothing a s^2 is
                                               kept, only the logsumexp L (fp32, a s b numbers)
