@@ -9,7 +9,7 @@ FLOP/s. A warning names the rows whose time ranges overlap: their order is not r
 references: the same NumPy work written by hand without the engine (hand_step: forward and
 backward, no checkpointing), for the engine's overhead; and PyTorch with torch.utils.checkpoint
 on the same model and plan (CPU, reentrant), its saved tensors counted through
-saved_tensors_hooks the same way.
+saved_tensors_hooks the same way (ckptlab.torch.ledger.TorchLedger).
 
     python -m ckptlab bench checkpoint --model mlp --layers 64 --schedule "none,sqrt,revolve(4)"
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-import weakref
 
 import numpy as np
 
@@ -62,47 +61,6 @@ def _engine_step(m, x, y, sched):
 
 
 # ------------------------------------------------------------------------------ PyTorch twin
-
-
-class TorchLedger:
-    """Saved-tensor bytes of PyTorch's graph, counted by storage like ckptlab.recompute.ledger:
-    a pack hook acquires, the packed handle's death (when autograd frees it) releases."""
-
-    def __init__(self, params=()):
-        self.bytes, self.peak, self._held = 0, 0, {}
-        self._params = {p.untyped_storage().data_ptr() for p in params}
-
-    def pack(self, t):
-        st = t.untyped_storage()
-        key = st.data_ptr()
-        if key in self._params:  # a parameter (or a view of one): never counted
-            return t
-        entry = self._held.setdefault(key, [st.nbytes(), 0])
-        if entry[1] == 0:
-            self.bytes += entry[0]
-            self.peak = max(self.peak, self.bytes)
-        entry[1] += 1
-        handle = _Handle(t)
-        weakref.finalize(handle, self._release, key)
-        return handle
-
-    def _release(self, key):
-        entry = self._held[key]
-        entry[1] -= 1
-        if entry[1] == 0:
-            self.bytes -= entry[0]
-            del self._held[key]
-
-    @staticmethod
-    def unpack(h):
-        return h.t if isinstance(h, _Handle) else h
-
-
-class _Handle:
-    __slots__ = ("t", "__weakref__")
-
-    def __init__(self, t):
-        self.t = t
 
 
 def _torch_run(stages, plan, x):
@@ -146,8 +104,10 @@ def torch_step(m, x, y, sched, prof):
             warnings.filterwarnings("ignore", "None of the inputs have requires_grad")
             _torch_run(stages, plan, inp).backward()
 
+    from ckptlab.torch.ledger import TorchLedger  # counts by storage, parameters excluded
+
     led = TorchLedger(params.values())
-    with torch.autograd.graph.saved_tensors_hooks(led.pack, led.unpack):
+    with led:
         step()
     return step, led.peak
 
