@@ -10,6 +10,8 @@
                               kernels: a launch choice, the kernels read it from blockDim.y
     SGEMM_TILE                TILE of kernels/sgemm_tiled.cu (read from it)
     SOFTMAX_ROWS_PER_BLOCK    ROWS_PER_BLOCK of kernels/softmax_rows.cu (read from it)
+    WMMA_TILE                 the C tile of kernels/wmma_gemm.cu (read from it); WMMA_TYPES its
+                              input types (tf32 tensor cores for float)
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ MAX_TILE = abi.MAX_BLOCK_THREADS // LANES  # a block has Br * LANES (or Bc * LAN
 
 SGEMM_TILE = cdefs.constant(device.KERNELS_DIR / "sgemm_tiled.cu", "TILE")
 SOFTMAX_ROWS_PER_BLOCK = cdefs.constant(device.KERNELS_DIR / "softmax_rows.cu", "ROWS_PER_BLOCK")
+WMMA_TILE = cdefs.constant(device.KERNELS_DIR / "wmma_gemm.cu", "WMMA_TILE")
+WMMA_TYPES = {"__half": 2, "__nv_bfloat16": 2, "float": 4}  # C type -> bytes per input element
 
 HEAD_DIMS = (16, 32, 64, 128)
 # default (Br, Bc) per head dim: power-of-two tiles whose shared memory stays within 48 KiB
@@ -60,4 +64,6 @@ def instantiations(filename: str) -> list[str]:
         dkdv = [template_name("attn_flash_bwd_dkdv", d, *BWD_TILES[d], deterministic)
                 for d in HEAD_DIMS for deterministic in (False, True)]
         return dkdv + [template_name("attn_flash_bwd_dq", d, *BWD_TILES[d]) for d in HEAD_DIMS]
+    if filename == "wmma_gemm.cu":
+        return [template_name("wmma_gemm", t) for t in WMMA_TYPES]
     return []

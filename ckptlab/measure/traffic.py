@@ -33,6 +33,8 @@ from ckptlab.kernels.table import (  # noqa: F401  (SOFTMAX_ROWS_PER_BLOCK: for 
     NAIVE_TILE,
     SGEMM_TILE,
     SOFTMAX_ROWS_PER_BLOCK,
+    WMMA_TILE,
+    WMMA_TYPES,
     template_name,
 )
 
@@ -211,6 +213,19 @@ def sgemm_tiled(M: int, N: int, K: int, tile: int = SGEMM_TILE) -> KernelTraffic
     written once; 2 M N K FLOPs."""
     return _kernel("sgemm_tiled",
                    {"A": BYTES * M * K * ceil_div(N, tile), "B": BYTES * K * N * ceil_div(M, tile)},
+                   {"C": BYTES * M * N}, flops=2 * M * N * K)
+
+
+def wmma_gemm(M: int, N: int, K: int, ctype: str = "__nv_bfloat16",
+              tile: int = WMMA_TILE) -> KernelTraffic:
+    """kernels/wmma_gemm.cu<ctype>, C = A B on tensor cores: sgemm_tiled's tiling with inputs
+    of WMMA_TYPES[ctype] bytes (2 for __half and __nv_bfloat16, 4 for float as tf32): A read
+    ceil(N/tile) times, B ceil(M/tile) times, C (fp32) written once; 2 M N K FLOPs."""
+    if ctype not in WMMA_TYPES:
+        raise ValueError(f"ctype: expected one of {sorted(WMMA_TYPES)}, got {ctype!r}")
+    e = WMMA_TYPES[ctype]
+    return _kernel(template_name("wmma_gemm", ctype),
+                   {"A": e * M * K * ceil_div(N, tile), "B": e * K * N * ceil_div(M, tile)},
                    {"C": BYTES * M * N}, flops=2 * M * N * K)
 
 
