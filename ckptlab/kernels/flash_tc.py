@@ -7,12 +7,13 @@ float16 or bfloat16 storage, wmma matmuls with fp32 accumulators, fp32 L and D.
 
 q, k, v, dO: (B, H, N, d) arrays of one 16-bit dtype, C-contiguous, of the current target:
 float16, or bfloat16 (ml_dtypes.bfloat16, NumPy's standard bfloat16; on a GPU a CuPy array of
-that dtype, handed to the kernels as a 16-bit buffer). d any multiple of 8 up to 256. O, the
-stored scores S and the gradients come back in the inputs' dtype; L and D are fp32. The two
-methods are the fp32 pair's (flash.py, stored.py): "flash" keeps O and L, and its backward
-recomputes S = scale Q K^T; "stored" also writes S (fp32, as the tensor cores' accumulators
-hold it, so that both backwards form the same P) and its backward reads it. The atomic dQ accumulates in an fp32 buffer, then one more launch rounds it (FlashAttention
-2's convert_dQ); the deterministic dQ kernel writes it directly.
+that dtype, handed to the kernels as a 16-bit buffer). d any multiple of 8 up to 256. O and the
+gradients come back in the inputs' dtype; L and D are fp32. The two methods are the fp32
+pair's (flash.py, stored.py): "flash" keeps O and L, and its backward recomputes
+S = scale Q K^T; "stored" also writes S (fp32, as the tensor cores' accumulators hold it, so
+that both backwards form the same P) and its backward reads it. The atomic dQ accumulates in
+an fp32 buffer, then one more launch rounds it (FlashAttention 2's convert_dQ); the
+deterministic dQ kernel writes it directly.
 """
 
 from __future__ import annotations
