@@ -8,6 +8,11 @@ __syncthreads each) in each mode and reports the median over repeats:
 
 Modes: "fast" (plain build), "counted" (memory hooks: bytes per argument, bounds), and
 "counted+race" (also the shared-memory race check, the default in tests).
+
+A second table runs the same product on tensor cores, kernels/wmma_gemm.cu<__nv_bfloat16>
+(the same 16 x 16 tiles, one warp a tile: 8,192 threads), next to the fp32 SGEMM, per mode:
+
+    MFLOP/s    = 2 M N K / wall seconds of the launch (emulated FLOPs per second of CPU time)
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import numpy as np
 from ckptlab import device, emu
 from ckptlab.cli.report import write_csv
 from ckptlab.kernels.table import SGEMM_TILE as TILE
+from ckptlab.kernels.table import WMMA_TILE
 
 MODES = (("fast", False), ("counted", False), ("counted+race", True))
 
@@ -51,6 +57,51 @@ def run(size: int = 256, repeats: int = 5) -> list[dict]:
     return rows
 
 
+WMMA = "wmma_gemm<__nv_bfloat16>"
+
+
+def run_wmma(size: int = 256, repeats: int = 5) -> list[dict]:
+    """Rows of {kernel, mode, size, median_s, mflops_per_s} for the bf16 wmma GEMM and the fp32
+    SGEMM on the same random inputs (rounded to bf16 for both), in each mode."""
+    import ml_dtypes
+
+    with device.use("emu"):
+        kernels = {"sgemm_tiled (fp32)": device.load("sgemm_tiled.cu").get_function("sgemm_tiled"),
+                   "wmma_gemm (bf16)": device.load("wmma_gemm.cu", name_expressions=(WMMA,))
+                   .get_function(WMMA)}
+    rng = np.random.default_rng(0)
+    A16 = rng.standard_normal((size, size)).astype(ml_dtypes.bfloat16)
+    B16 = rng.standard_normal((size, size)).astype(ml_dtypes.bfloat16)
+    A, B = A16.astype(np.float32), B16.astype(np.float32)
+    C = np.empty((size, size), np.float32)
+    dims = (np.int32(size), np.int32(size), np.int32(size))
+    launches = {
+        "sgemm_tiled (fp32)": (((-(-size // TILE),) * 2), (TILE, TILE), (A, B, C, *dims)),
+        "wmma_gemm (bf16)": (((-(-size // WMMA_TILE),) * 2), (32,), (A16, B16, C, *dims)),
+    }
+    rows = []
+    for label, race in MODES:
+        mode = "fast" if label == "fast" else "counted"
+        for name, f in kernels.items():
+            grid, block, args = launches[name]
+            with emu.settings(mode=mode, race_check=race):
+                f(grid, block, args)  # warm-up: builds this mode's library if needed
+                med = statistics.median(f(grid, block, args).seconds for _ in range(repeats))
+            rows.append(dict(kernel=name, mode=label, size=size, median_s=med,
+                             mflops_per_s=2 * size**3 / med / 1e6))
+    return rows
+
+
+def format_wmma_rows(rows: list[dict]) -> str:
+    out = [f"C = A B, {rows[0]['size']}^3, on the emulator: CUDA cores (fp32) vs tensor cores "
+           "(bf16 wmma), median of repeats",
+           f"{'kernel':<20}{'mode':<14}{'median ms':>11}{'MFLOP/s':>10}"]
+    for r in rows:
+        out.append(f"{r['kernel']:<20}{r['mode']:<14}{r['median_s'] * 1e3:>11.1f}"
+                   f"{r['mflops_per_s']:>10.1f}")
+    return "\n".join(out)
+
+
 def format_rows(rows: list[dict]) -> str:
     out = [f"SGEMM {rows[0]['size']}^3 on the emulator ({rows[0]['threads']:,} threads), "
            "median of repeats, one run",
@@ -72,8 +123,11 @@ def main(argv=None) -> int:
         p.error("--size and --repeats must be >= 1")
     rows = run(a.size, a.repeats)
     print(format_rows(rows))
+    wmma_rows = run_wmma(a.size, a.repeats)
+    print()
+    print(format_wmma_rows(wmma_rows))
     if a.csv:
-        write_csv(rows, a.csv)
+        write_csv(rows + wmma_rows, a.csv)
     return 0
 
 

@@ -23,6 +23,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SHIM = HERE / "shim.h"
+# CUDA's headers the emulator provides itself (cuda_fp16.h, cuda_bf16.h, mma.h), searched after
+# the kernel's own -I folders
+INCLUDE = HERE / "include"
 RUNTIME = [HERE / "abi.h", HERE / "runtime.h", HERE / "scheduler.cpp", HERE / "memory.cpp",
            HERE / "launch.cpp"]
 
@@ -278,7 +281,8 @@ def build_module(code: str, name: str, expressions: list[str], options, mode: st
     source = f'#line 1 "{name}"\n' + rewrite_source(code) + launcher_code(expressions)
     flags = BASE_FLAGS + host_flags(options) + (COUNT_FLAGS if mode == "counted" else [])
     key = _digest([source, SHIM.read_bytes(), *_runtime_bytes(), Path(__file__).read_bytes(),
-                   compiler_version(cxx), *flags, *_headers(options)])
+                   compiler_version(cxx), *flags, *_headers(options),
+                   *_headers(["-I", str(INCLUDE)])])
     stem = re.sub(r"[^\w.-]", "_", name)[:40]
     target = cache_dir() / f"{stem}-{mode}-{key}.so"
     runtime = runtime_object(cxx)
@@ -288,7 +292,8 @@ def build_module(code: str, name: str, expressions: list[str], options, mode: st
         src.write_text(source)
         includes = _rewritten_includes(options, tmp)
         # the rewritten copies of the headers come first, before the original -I folders
-        _run([cxx, *includes, *flags, "-include", str(SHIM), "-c", str(src), "-o", str(obj)],
+        _run([cxx, *includes, *flags, "-I", str(INCLUDE), "-include", str(SHIM), "-c", str(src),
+              "-o", str(obj)],
              f"compiling {name} for the CPU emulator ({mode})")
         _run([cxx, "-shared", "-o", str(out), str(obj), str(runtime),
               "-Wl,-Bsymbolic", "-Wl,-z,defs", "-lm"], f"linking {name}")

@@ -15,9 +15,13 @@
                               kernels: a launch choice, the kernels read it from blockDim.y
     SGEMM_TILE                TILE of kernels/sgemm_tiled.cu (read from it)
     SOFTMAX_ROWS_PER_BLOCK    ROWS_PER_BLOCK of kernels/softmax_rows.cu (read from it)
+    WMMA_TILE                 the C tile of kernels/wmma_gemm.cu (read from it); WMMA_TYPES its
+                              input types (tf32 tensor cores for float)
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from ckptlab import cdefs, device
 from ckptlab.emu import abi
@@ -33,6 +37,8 @@ MAX_TILE = abi.MAX_BLOCK_THREADS // LANES  # a block has Br * LANES (or Bc * LAN
 
 SGEMM_TILE = cdefs.constant(device.KERNELS_DIR / "sgemm_tiled.cu", "TILE")
 SOFTMAX_ROWS_PER_BLOCK = cdefs.constant(device.KERNELS_DIR / "softmax_rows.cu", "ROWS_PER_BLOCK")
+WMMA_TILE = cdefs.constant(device.KERNELS_DIR / "wmma_gemm.cu", "WMMA_TILE")
+WMMA_TYPES = {"__half": 2, "__nv_bfloat16": 2, "float": 4}  # C type -> bytes per input element
 
 HEAD_DIMS = tuple(range(LANES, MAX_HEAD_DIM + 1, LANES))
 # FlashAttention 2 rounds d up to 32, 64, 96, 128, 160, 192, 224 or 256; 16 is kept here for
@@ -104,6 +110,13 @@ def instantiations(filename: str, tile_dims=TILE_HEAD_DIMS) -> list[str]:
     every tile head dim (so every head dim d), flash and stored, and in the backward both dQ
     modes: what `python -m ckptlab kernels` compiles and reports. `tile_dims` narrows the list
     (the wrappers load one tile head dim at a time)."""
+    if filename == "wmma_gemm.cu":
+        return [template_name("wmma_gemm", t) for t in WMMA_TYPES]
+    if filename in ("attn_flash_fwd_tc.cu", "attn_flash_bwd_tc.cu"):
+        fwd = filename == "attn_flash_fwd_tc.cu"
+        return [n for t in TC_TYPES.values() for Dt in TC_TILE_HEAD_DIMS
+                for role, n in tc_names(t, Dt).items() if role.startswith("fwd") == fwd
+                and (role not in ("preprocess", "convert") or Dt == TC_TILE_HEAD_DIMS[0])]
     names = []
     for D in tile_dims:
         for stored in (False, True):
@@ -112,4 +125,83 @@ def instantiations(filename: str, tile_dims=TILE_HEAD_DIMS) -> list[str]:
             elif filename == "attn_flash_bwd.cu":
                 names += [dkdv_name(D, *BWD_TILES[D], det, stored) for det in (False, True)]
                 names.append(dq_name(D, *BWD_TILES[D], stored))
+    return names
+
+
+# ---- tensor-core attention (kernels/attn_flash_*_tc.cu): 16-bit storage, wmma, fp32 math ----
+TC = cdefs.constant(device.KERNELS_DIR / "tc_common.cuh", "TC")  # the wmma tile: 16 x 16 x 16
+TC_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16"}  # NumPy dtype name -> C type T
+# d is rounded up to a tile head dim Dt, a multiple of TC (FlashAttention 2's 32, 64, 96, 128,
+# 160, 192, 256, and 16 for the labs' small heads); padded columns are zero in shared memory
+TC_TILE_HEAD_DIMS = (16, 32, 64, 96, 128, 160, 192, 256)
+# Default (Br, Bc) per Dt: the largest tiles whose shared memory (tc_*_shared_bytes) stays
+# within 48 KiB, a long Br in the forward and a long Bc in the dK/dV kernel as in FWD_TILES /
+# BWD_TILES. Where even 16 x 16 tiles need more (the dK/dV kernel from Dt = 160, the dQ kernel
+# at 256), the launch opts in, as CUDA requires above 48 KiB, within TC_SHARED_MAX.
+TC_FWD_TILES = {16: (64, 64), 32: (64, 32), 64: (32, 64), 96: (32, 32), 128: (32, 16),
+                160: (32, 16), 192: (16, 32), 256: (16, 16)}
+TC_BWD_TILES = {16: (32, 32), 32: (32, 32), 64: (16, 32), 96: (16, 16), 128: (16, 16),
+                160: (16, 16), 192: (16, 16), 256: (16, 16)}
+# The most shared memory a block may opt in to on every GPU with bf16 tensor cores: 99 KiB on
+# compute capability 8.6 / 8.9 (163 KiB on 8.0, 227 KiB on 9.0; CUDA C++ Programming Guide,
+# "Technical Specifications per Compute Capability").
+TC_SHARED_MAX = 99 * 1024
+
+
+def tc_tile_head_dim(d: int) -> int:
+    """Dt for head dim d: the smallest TC_TILE_HEAD_DIMS entry >= d (d a multiple of 8 <= 256)."""
+    if not isinstance(d, (int, np.integer)) or d % 8 or not 8 <= d <= TC_TILE_HEAD_DIMS[-1]:
+        raise ValueError(f"head dim d must be a multiple of 8 in [8, {TC_TILE_HEAD_DIMS[-1]}] "
+                         f"for the tensor-core kernels, got d={d!r}")
+    return next(t for t in TC_TILE_HEAD_DIMS if t >= d)
+
+
+def _tc_round(n: int) -> int:  # each region of the dynamic shared buffer starts 128-aligned
+    return -(-n // 128) * 128
+
+
+def _pitches(Dt: int, Bc: int) -> tuple:
+    """Row pitches of tc_common.cuh's Pitch: LDT (T), LDS (fp32), LDP (T), LDO (fp32)."""
+    return Dt + 8, Bc + 4, Bc + 8, Dt + 4
+
+
+def tc_fwd_shared_bytes(Dt: int, Br: int, Bc: int, e: int = 2) -> int:
+    """FwdSmem<T, Dt, Br, Bc>::bytes (e = sizeof(T)): Q_i, K_j, V_j; S; P_dropped; O."""
+    LDT, LDS, LDP, LDO = _pitches(Dt, Bc)
+    return sum(map(_tc_round, (Br * LDT * e, Bc * LDT * e, Bc * LDT * e, Br * LDS * 4,
+                               Br * LDP * e, Br * LDO * 4)))
+
+
+def tc_bwd_shared_bytes(Dt: int, Br: int, Bc: int, e: int = 2) -> int:
+    """BwdSmem<T, Dt, Br, Bc>::bytes: K_j, V_j, Q_i, dO_i; S and dP (or the atomic dQ tile);
+    P_dropped, dS; the dK, dV accumulators; L_i, D_i."""
+    LDT, LDS, LDP, LDO = _pitches(Dt, Bc)
+    return sum(map(_tc_round, (Bc * LDT * e, Bc * LDT * e, Br * LDT * e, Br * LDT * e,
+                               max(2 * Br * LDS * 4, Br * LDO * 4), Br * LDP * e, Br * LDP * e,
+                               Bc * LDO * 4, Bc * LDO * 4, Br * 4, Br * 4)))
+
+
+def tc_dq_shared_bytes(Dt: int, Br: int, Bc: int, e: int = 2) -> int:
+    """DqSmem<T, Dt, Br, Bc>::bytes: Q_i, dO_i, K_j, V_j; S, dP; dS; the dQ accumulator; L, D."""
+    LDT, LDS, LDP, LDO = _pitches(Dt, Bc)
+    return sum(map(_tc_round, (Br * LDT * e, Br * LDT * e, Bc * LDT * e, Bc * LDT * e,
+                               Br * LDS * 4, Br * LDS * 4, Br * LDP * e, Br * LDO * 4, Br * 4,
+                               Br * 4)))
+
+
+def tc_names(ctype: str, Dt: int, fwd=None, bwd=None) -> dict:
+    """The template instantiations of the tensor-core kernels for C type `ctype` at tile head
+    dim Dt with tiles fwd = (Br, Bc), bwd = (Br, Bc) (default: the table's), by role."""
+    Br, Bc = fwd or TC_FWD_TILES[Dt]
+    bBr, bBc = bwd or TC_BWD_TILES[Dt]
+    names = {f"fwd_{m}": template_name("attn_flash_fwd_tc", ctype, Dt, Br, Bc, m == "stored")
+             for m in ("flash", "stored")}
+    for m in ("flash", "stored"):
+        for det in (False, True):
+            names[f"dkdv_{m}_{det}"] = template_name("attn_flash_bwd_dkdv_tc", ctype, Dt, bBr,
+                                                     bBc, det, m == "stored")
+        names[f"dq_{m}"] = template_name("attn_flash_bwd_dq_tc", ctype, Dt, bBr, bBc,
+                                         m == "stored")
+    names["preprocess"] = template_name("attn_flash_bwd_preprocess_tc", ctype)
+    names["convert"] = template_name("attn_flash_bwd_dq_convert_tc", ctype)
     return names

@@ -40,11 +40,14 @@ from ckptlab.kernels.table import (  # noqa: F401  (SOFTMAX_ROWS_PER_BLOCK: for 
     NAIVE_TILE,
     SGEMM_TILE,
     SOFTMAX_ROWS_PER_BLOCK,
+    WMMA_TILE,
+    WMMA_TYPES,
     bwd_tiles,
     dkdv_name,
     dq_name,
     fwd_name,
     fwd_tiles,
+    template_name,
     tile_head_dim,
 )
 
@@ -326,6 +329,19 @@ def sgemm_tiled(M: int, N: int, K: int, tile: int = SGEMM_TILE) -> KernelTraffic
                    {"A": BYTES * M * K * ceil_div(N, tile), "B": BYTES * K * N * ceil_div(M, tile)},
                    {"C": BYTES * M * N}, flops=2 * M * N * K,
                    unique=({"A": BYTES * M * K, "B": BYTES * K * N}, {"C": BYTES * M * N}, {}))
+
+
+def wmma_gemm(M: int, N: int, K: int, ctype: str = "__nv_bfloat16",
+              tile: int = WMMA_TILE) -> KernelTraffic:
+    """kernels/wmma_gemm.cu<ctype>, C = A B on tensor cores: sgemm_tiled's tiling with inputs
+    of WMMA_TYPES[ctype] bytes (2 for __half and __nv_bfloat16, 4 for float as tf32): A read
+    ceil(N/tile) times, B ceil(M/tile) times, C (fp32) written once; 2 M N K FLOPs."""
+    if ctype not in WMMA_TYPES:
+        raise ValueError(f"ctype: expected one of {sorted(WMMA_TYPES)}, got {ctype!r}")
+    e = WMMA_TYPES[ctype]
+    return _kernel(template_name("wmma_gemm", ctype),
+                   {"A": e * M * K * ceil_div(N, tile), "B": e * K * N * ceil_div(M, tile)},
+                   {"C": BYTES * M * N}, flops=2 * M * N * K)
 
 
 def softmax_rows(R: int, C: int) -> KernelTraffic:
