@@ -127,6 +127,8 @@ def check_saved(saved, method: str, B, H, Nq, Nk, d) -> None:
     # every array the backward reads, as the forward made it: a truncated L would be read out
     # of bounds on a GPU (or in the emulator's fast mode), before anything noticed
     need = {"P": (B, H, Nq, Nk)} if method == "naive" else {"O": (B, H, Nq, d), "L": (B, H, Nq)}
+    if method == "stored":
+        need["S"] = (B, H, Nq, Nk)
     if not isinstance(saved.tensors, dict) or set(saved.tensors) != set(need):
         got = sorted(saved.tensors) if isinstance(saved.tensors, dict) else saved.tensors
         raise ValueError(f"saved holds {got}; {method}_backward reads {sorted(need)}")
