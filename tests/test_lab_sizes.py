@@ -5,11 +5,13 @@ one; every lab that grows its sizes asks the knob rather than testing for a GPU 
 import re
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from ckptlab import device
 from ckptlab.exercises import sizes
+
+nbformat = pytest.importorskip("nbformat", reason="reading the notebooks needs nbformat "
+                                "(requirements-dev.txt)")
 
 LABS = Path(__file__).resolve().parent.parent / "labs"
 
