@@ -187,6 +187,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, impl: str =
                        (those FLOPs count as "recompute")
     backend="numpy": this module, in the inputs' dtype (gradcheck runs it in float64);
     backend="kernels": the CUDA kernels through ckptlab.kernels (fp32, the emulator on the CPU).
+    Under tape.recomputing({"attention"}) (numpy backend) every impl saves only q, k, v and its
+    backward recomputes S and P ("recompute" FLOPs): Korthikanti et al.'s selective recompute.
     Dropout element (b, h, i, j) is number ((b*H + h)*Nq + i)*Nk + j of rng.keep_mask.
     FLOPs follow ckptlab.measure.traffic's one convention: matmul FLOPs, 2 per multiply-add,
     as run (exp, max, sums not counted). NumPy runs dense matmuls (masked scores included):
@@ -198,6 +200,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, impl: str =
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     seed, offset = tape.next_rng() if dropout_p > 0 else (0, 0)
     if backend == "kernels":
+        if "attention" in tape.recompute_ops():
+            raise ValueError("attention: recomputing the core (tape.recomputing) runs on "
+                             "backend='numpy' only; the kernels keep P (naive), S, O and L "
+                             "(stored) or O and L (flash)")
         return _attention_kernels(q, k, v, causal, impl, dropout_p, scale, seed, offset)
     mm = 2 * B * H * Nq * Nk * d  # FLOPs of one (Nq x d) @ (d x Nk) matmul per head
     xp = xp_of(q.data)
@@ -210,23 +216,31 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, impl: str =
     O = (P if keep is None else xp.where(keep, P * drop, 0.0)) @ V  # (B, H, Nq, d)
     tape.count(2 * mm)
     qn, kn, vn = q.node, k.node, v.node
-    # What the closure may see: naive keeps P; stored S, O and L; flash O and L (none the mask)
-    P_saved = P if impl == "naive" else None
-    S_saved = S if impl == "stored" else None
-    O_saved, L_saved = (None, None) if impl == "naive" else (O, L)
+    # What the closure may see: naive keeps P; stored S, O and L; flash O and L (none the mask);
+    # the core recomputed (Korthikanti's selective recompute) keeps nothing beyond q, k, v
+    core = "attention" in tape.recompute_ops()
+    P_saved = P if impl == "naive" and not core else None
+    S_saved = S if impl == "stored" and not core else None
+    O_saved, L_saved = (None, None) if impl == "naive" or core else (O, L)
 
     def backward(g):  # g = dO
-        if impl == "naive":
-            Pb = P_saved
-        else:
-            if impl == "stored":  # S read back from what the forward saved
-                Sb = S_saved
-            else:  # S = scale Q K^T: recomputed, never stored
-                Sb = (Q @ K.swapaxes(-1, -2)) * scale
+        Pb, Sb, O_kept, L_kept = P_saved, S_saved, O_saved, L_saved
+        if core:  # the forward's core again from q, k, v: S, P = softmax(S); fused: L and O
+            Sb = (Q @ K.swapaxes(-1, -2)) * scale
+            visible = causal_visible(Nq, Nk, xp) if causal else None  # rebuilt: never held
+            Pb, L_kept = _softmax_lse(Sb, visible, xp)
+            tape.count(mm, "recompute")
+            if impl != "naive":  # the fused backward reads O (for D) and L: O = dropout(P) V
+                k_ = keep_mask(seed, offset, Pb.shape, dropout_p, xp) if dropout_p > 0 else None
+                O_kept = (Pb if k_ is None else xp.where(k_, Pb * drop, 0.0)) @ V
                 tape.count(mm, "recompute")
+        if impl == "flash":  # S = scale Q K^T: recomputed, never stored
+            Sb = (Q @ K.swapaxes(-1, -2)) * scale
+            tape.count(mm, "recompute")
+        if impl != "naive":  # stored: S read back from what the forward saved
             if causal:
                 Sb = xp.where(causal_visible(Nq, Nk, xp), Sb, -xp.inf)
-            Pb = xp.exp(Sb - L_saved[..., None])  # P = exp(S - L)
+            Pb = xp.exp(Sb - L_kept[..., None])  # P = exp(S - L)
         mask = keep_mask(seed, offset, Pb.shape, dropout_p, xp) if dropout_p > 0 else None
         Pd = Pb if mask is None else xp.where(mask, Pb * drop, 0.0)  # what O = Pd V used
         dP = g @ V.swapaxes(-1, -2)  # (B, H, Nq, Nk): d(Pd)
@@ -236,7 +250,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, impl: str =
         if impl == "naive":
             D = (Pb * dP).sum(-1, keepdims=True)  # (B, H, Nq, 1)
         else:
-            D = (g * O_saved).sum(-1, keepdims=True)
+            D = (g * O_kept).sum(-1, keepdims=True)
         dS = Pb * (dP - D)  # dS = P * (dP - D)
         if vn is not None:
             vn.add_grad(Pd.swapaxes(-1, -2) @ g)  # dV = P^T dO

@@ -5,8 +5,11 @@ stores the kernel source issues, so the emulator's counts must equal them exactl
 (tests/test_attention_traffic.py, tests/test_traffic_unique.py). Two byte counts per argument:
     counted  every global-memory request, no cache: an operand tile that a second block loads
              again counts again (read, write; atomics apart). An upper bound on DRAM traffic.
-    unique   the distinct bytes a launch touches (unique_read, unique_write, unique_atomic):
-             what an infinite cache would move. A lower bound on DRAM traffic.
+    unique   the distinct bytes a launch touches: unique_read, unique_write (plain loads and
+             stores) and unique_atomic (addresses updated by atomicAdd, 4 bytes each, as counted
+             atomics are 4 bytes an operation). What an infinite cache would move: a lower bound
+             on DRAM traffic. (The emulator counts an atomic's address as read and as written:
+             its unique_read_bytes = unique_read + unique_atomic, likewise for writes.)
 Real DRAM traffic (Nsight Compute's dram__bytes) lies between the two.
 
 Bytes: fp32 everywhere (4 bytes an element); per (b, h), times B*H.
@@ -85,10 +88,14 @@ class KernelTraffic:
         return self.bytes_read + self.bytes_written + self.atomic_bytes
 
     @property
+    def unique_atomic_bytes(self) -> int:
+        return sum(self.unique_atomic.values())
+
+    @property
     def unique_bytes(self) -> int:
-        """Distinct bytes read, plus distinct bytes written or atomically updated."""
-        return sum(self.unique_read.values()) + sum(self.unique_write.values()) + sum(
-            self.unique_atomic.values())
+        """Distinct bytes read, written, and atomically updated (each address once)."""
+        return (sum(self.unique_read.values()) + sum(self.unique_write.values())
+                + self.unique_atomic_bytes)
 
 
 def _kernel(name, read, write=None, atomics=None, flops=0, recompute=0, unique=None,
