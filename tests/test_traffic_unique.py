@@ -60,6 +60,7 @@ def test_unique_bytes_equal_the_model(variant, B, H, Nq, Nk, d, causal):
     rec = run_all(method, B, H, Nq, Nk, d, causal, det)
     model = traffic.launches(variant, B, H, Nq, Nk, d, causal)
     assert counted_unique(rec) == modeled_unique(model)
+    assert rec.global_unique_bytes == traffic.totals(model)["unique_bytes"]
 
 
 @pytest.mark.parametrize("B,H,Nq,Nk,d,causal", SHAPES)

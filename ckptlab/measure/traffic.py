@@ -6,10 +6,10 @@ stores the kernel source issues, so the emulator's counts must equal them exactl
     counted  every global-memory request, no cache: an operand tile that a second block loads
              again counts again (read, write; atomics apart). An upper bound on DRAM traffic.
     unique   the distinct bytes a launch touches: unique_read, unique_write (plain loads and
-             stores) and unique_atomic (addresses updated by atomicAdd, 4 bytes each, as counted
-             atomics are 4 bytes an operation). What an infinite cache would move: a lower bound
-             on DRAM traffic. (The emulator counts an atomic's address as read and as written:
-             its unique_read_bytes = unique_read + unique_atomic, likewise for writes.)
+             stores) and unique_atomic (the bytes atomicAdd updates). What an infinite cache
+             would move: each byte read once, each byte written back once, an atomically
+             updated byte both (as the emulator counts it: its unique_read_bytes is unique_read
+             + unique_atomic, likewise for writes). A lower bound on DRAM traffic.
 Real DRAM traffic (Nsight Compute's dram__bytes) lies between the two.
 
 Bytes: fp32 everywhere (4 bytes an element); per (b, h), times B*H.
@@ -89,11 +89,14 @@ class KernelTraffic:
 
     @property
     def unique_atomic_bytes(self) -> int:
-        return sum(self.unique_atomic.values())
+        """What an infinite cache moves for the atomically updated bytes: each read once and
+        written back once (2 x unique_atomic; counted atomics are 4 bytes an operation)."""
+        return 2 * sum(self.unique_atomic.values())
 
     @property
     def unique_bytes(self) -> int:
-        """Distinct bytes read, written, and atomically updated (each address once)."""
+        """Distinct bytes read plus distinct bytes written, an atomically updated byte in both:
+        the emulator's global_unique_bytes."""
         return (sum(self.unique_read.values()) + sum(self.unique_write.values())
                 + self.unique_atomic_bytes)
 
