@@ -45,6 +45,14 @@
 // its deterministic dkdv no K (they only served S = Q K^T, and K the atomic dQ).
 #include "common.cuh"
 
+// a . b over the Dt columns of two shared-memory rows (the padded columns are 0)
+template <int Dt>
+__device__ __forceinline__ float row_dot(const float* a, const float* b) {
+    float s = 0.0f;
+    for (int k = 0; k < Dt; ++k) s += a[k] * b[k];
+    return s;
+}
+
 // D_i = sum_c dO_ic O_ic, one warp per row of the flattened (B*H*Nq, d) arrays; unless
 // deterministic, also dQ_i = 0 (the atomics then add into it). grid (ceil(rows / warps)),
 // block (32, warps).
@@ -60,14 +68,6 @@ extern "C" __global__ void attn_flash_bwd_preprocess(const float* O, const float
     if (lane == 0) D[row] = acc;
     if (!deterministic)
         for (int c = lane; c < d; c += WARP) dQ[base + c] = 0.0f;
-}
-
-// a . b over the Dt columns of two shared-memory rows (the padded columns are 0)
-template <int Dt>
-__device__ __forceinline__ float row_dot(const float* a, const float* b) {
-    float s = 0.0f;
-    for (int k = 0; k < Dt; ++k) s += a[k] * b[k];
-    return s;
 }
 
 // grid (Tc = ceil(Nk/Bc), B*H), block (LANES, Bc): row group y = threadIdx.y owns key

@@ -187,7 +187,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, impl: str =
                        (those FLOPs count as "recompute")
     backend="numpy": this module, in the inputs' dtype (gradcheck runs it in float64);
     backend="kernels": the CUDA kernels through ckptlab.kernels (fp32, the emulator on the CPU).
-    Under tape.recomputing({"attention"}) (numpy backend) either impl saves only q, k, v and its
+    Under tape.recomputing({"attention"}) (numpy backend) every impl saves only q, k, v and its
     backward recomputes S and P ("recompute" FLOPs): Korthikanti et al.'s selective recompute.
     Dropout element (b, h, i, j) is number ((b*H + h)*Nq + i)*Nk + j of rng.keep_mask.
     FLOPs follow ckptlab.measure.traffic's one convention: matmul FLOPs, 2 per multiply-add,
@@ -202,7 +202,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, impl: str =
     if backend == "kernels":
         if "attention" in tape.recompute_ops():
             raise ValueError("attention: recomputing the core (tape.recomputing) runs on "
-                             "backend='numpy' only; the kernels keep what their method saves")
+                             "backend='numpy' only; the kernels keep P (naive), S, O and L "
+                             "(stored) or O and L (flash)")
         return _attention_kernels(q, k, v, causal, impl, dropout_p, scale, seed, offset)
     mm = 2 * B * H * Nq * Nk * d  # FLOPs of one (Nq x d) @ (d x Nk) matmul per head
     xp = xp_of(q.data)
@@ -223,25 +224,20 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, impl: str =
     O_saved, L_saved = (None, None) if impl == "naive" or core else (O, L)
 
     def backward(g):  # g = dO
-        S_kept, O_kept, L_kept = S_saved, O_saved, L_saved
-        if core:  # the forward's core again from q, k, v: S, P = softmax(S), L; O for D
-            S_kept = (Q @ K.swapaxes(-1, -2)) * scale
+        Pb, Sb, O_kept, L_kept = P_saved, S_saved, O_saved, L_saved
+        if core:  # the forward's core again from q, k, v: S, P = softmax(S); fused: L and O
+            Sb = (Q @ K.swapaxes(-1, -2)) * scale
             visible = causal_visible(Nq, Nk, xp) if causal else None  # rebuilt: never held
-            Pb, L_kept = _softmax_lse(S_kept, visible, xp)
+            Pb, L_kept = _softmax_lse(Sb, visible, xp)
             tape.count(mm, "recompute")
-            if impl != "naive":  # stored and flash read O (for D): O = dropout(P) V
+            if impl != "naive":  # the fused backward reads O (for D) and L: O = dropout(P) V
                 k_ = keep_mask(seed, offset, Pb.shape, dropout_p, xp) if dropout_p > 0 else None
                 O_kept = (Pb if k_ is None else xp.where(k_, Pb * drop, 0.0)) @ V
                 tape.count(mm, "recompute")
-        if impl == "naive":
-            if not core:
-                Pb = P_saved
-        else:
-            if impl == "stored":  # S read back from what the forward saved
-                Sb = S_kept
-            else:  # S = scale Q K^T: recomputed, never stored
-                Sb = (Q @ K.swapaxes(-1, -2)) * scale
-                tape.count(mm, "recompute")
+        if impl == "flash":  # S = scale Q K^T: recomputed, never stored
+            Sb = (Q @ K.swapaxes(-1, -2)) * scale
+            tape.count(mm, "recompute")
+        if impl != "naive":  # stored: S read back from what the forward saved
             if causal:
                 Sb = xp.where(causal_visible(Nq, Nk, xp), Sb, -xp.inf)
             Pb = xp.exp(Sb - L_kept[..., None])  # P = exp(S - L)

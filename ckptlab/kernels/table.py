@@ -89,6 +89,23 @@ def flash_bwd_shared_bytes(d: int, Br: int, Bc: int) -> int:
     return 4 * (2 * Bc * (D + 1) + 2 * Br * (D + 1) + 2 * Br * (Bc + 1) + 2 * Br)
 
 
+def dkdv_shared_bytes(d: int, Br: int, Bc: int, deterministic: bool = False,
+                      stored: bool = False) -> int:
+    """Static shared memory of attn_flash_bwd_dkdv<Dt, Br, Bc, deterministic, stored> as ptxas
+    allocates it: flash_bwd_shared_bytes, less the K tile in the stored deterministic kernel
+    (K serves only S = Q K^T and the atomic dQ there; the array is never used)."""
+    unused_k = Bc * (tile_head_dim(d) + 1) if stored and deterministic else 0
+    return flash_bwd_shared_bytes(d, Br, Bc) - 4 * unused_k
+
+
+def dq_shared_bytes(d: int, Br: int, Bc: int, stored: bool = False) -> int:
+    """Static shared memory of attn_flash_bwd_dq<Dt, Br, Bc, stored>: Q (flash only: it serves
+    S = Q K^T), dO, K, V tiles (padded), the dS tile (padded), L and D."""
+    D = tile_head_dim(d)
+    q = 0 if stored else Br * (D + 1)
+    return 4 * (q + Br * (D + 1) + 2 * Bc * (D + 1) + Br * (Bc + 1) + 2 * Br)
+
+
 def template_name(name: str, *args) -> str:
     return f"{name}<{', '.join(str(a).lower() for a in args)}>"
 

@@ -36,7 +36,8 @@ from ckptlab.kernels.table import (
     NAIVE_TILE,
     SOFTMAX_ROWS,
     WARP,
-    flash_bwd_shared_bytes,
+    dkdv_shared_bytes,
+    dq_shared_bytes,
     flash_fwd_shared_bytes,
     instantiations,
 )
@@ -118,14 +119,18 @@ def geometry(kernel: str, B: int, H: int, Nq: int, Nk: int, d: int) -> tuple[int
 
 
 def table_shared_bytes(kernel: str) -> int:
-    """Static shared memory of a kernel from the tile table (no compiler needed): the flash
-    formulas of ckptlab.kernels.table (the dK/dV kernel's for the backward: the larger one),
+    """Static shared memory of a kernel from the tile table (no compiler needed): the fused
+    kernels' formulas of ckptlab.kernels.table (per kernel and variant),
     two padded NAIVE_TILE x (NAIVE_TILE + 1) float tiles for a naive matmul, none for the
     row-wise kernels."""
     name, args = base_name(kernel), [int(a) for a in template_args(kernel)[:3] if a.isdigit()]
     if len(args) == 3:
-        fn = flash_fwd_shared_bytes if name.endswith("_fwd") else flash_bwd_shared_bytes
-        return fn(*args)
+        flags = [a == "true" for a in template_args(kernel)[3:]]  # [deterministic,] stored
+        if name.endswith("_dkdv"):
+            return dkdv_shared_bytes(*args, *flags)
+        if name.endswith("_dq"):
+            return dq_shared_bytes(*args, *flags)
+        return flash_fwd_shared_bytes(*args)
     if name.endswith(("_softmax", "_ds", "_preprocess")):
         return 0
     return 2 * 4 * NAIVE_TILE * (NAIVE_TILE + 1)

@@ -5,16 +5,23 @@ stores the kernel source issues, so the emulator's counts must equal them exactl
 (tests/test_attention_traffic.py, tests/test_traffic_unique.py). Two byte counts per argument:
     counted  every global-memory request, no cache: an operand tile that a second block loads
              again counts again (read, write; atomics apart). An upper bound on DRAM traffic.
-    unique   the distinct bytes a launch touches (unique_read, unique_write, unique_atomic):
-             what an infinite cache would move. A lower bound on DRAM traffic.
-Real DRAM traffic (Nsight Compute's dram__bytes) lies between the two.
+    unique   the distinct bytes a launch touches: unique_read, unique_write (plain loads and
+             stores) and unique_atomic (the bytes atomicAdd updates). What an infinite cache
+             would move: each byte read once, each byte written back once, an atomically
+             updated byte both (as the emulator counts it: its unique_read_bytes is unique_read
+             + unique_atomic, likewise for writes). A lower bound on DRAM traffic.
+Real DRAM traffic (Nsight Compute's dram__bytes) lies between the two. One caveat: a counted
+atomicAdd is 4 bytes an operation, a unique one 8 (read and written back), so where each address
+gets a single add (one key tile) dQ's unique bytes exceed its counted ones; per direction
+(unique read <= counted read + atomic bytes, likewise written) the bracket always holds.
 
 Bytes: fp32 everywhere (4 bytes an element); per (b, h), times B*H.
     naive matmul tile T = NAIVE_TILE: C = A B with A (M x K), B (K x N) reads A ceil(N/T)
     times and B ceil(M/T) times, and writes C once.
     fused (stored and flash): K/V (forward, dq) or Q/dO/L/D (dkdv) are read once per visited
     tile pair (tile_pairs), which is all Tr * Tc pairs unless causal; stored also writes S once
-    (one float per visible (i, j)) and each backward kernel reads it once.
+    (one float per visible (i, j)) and each backward kernel reads it once; its dq kernel reads no
+    Q, its deterministic dK/dV kernel no K (they served only S = Q K^T, K also the atomic dQ).
 
 FLOPs, one convention for every attention kernel here and for the engine's attention op
 (ckptlab.engine.layers.attention): matmul FLOPs only, 2 per multiply-add; exp, max, sums and
@@ -88,10 +95,17 @@ class KernelTraffic:
         return self.bytes_read + self.bytes_written + self.atomic_bytes
 
     @property
+    def unique_atomic_bytes(self) -> int:
+        """What an infinite cache moves for the atomically updated bytes: each read once and
+        written back once (2 x unique_atomic; counted atomics are 4 bytes an operation)."""
+        return 2 * sum(self.unique_atomic.values())
+
+    @property
     def unique_bytes(self) -> int:
-        """Distinct bytes read, plus distinct bytes written or atomically updated."""
-        return sum(self.unique_read.values()) + sum(self.unique_write.values()) + sum(
-            self.unique_atomic.values())
+        """Distinct bytes read plus distinct bytes written, an atomically updated byte in both:
+        the emulator's global_unique_bytes."""
+        return (sum(self.unique_read.values()) + sum(self.unique_write.values())
+                + self.unique_atomic_bytes)
 
 
 def _kernel(name, read, write=None, atomics=None, flops=0, recompute=0, unique=None,
