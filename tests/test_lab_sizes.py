@@ -52,6 +52,7 @@ def test_gpu_is_the_default_on_cuda(monkeypatch):
 
 @pytest.mark.parametrize("lab", ["01", "02", "03", "04", "06", "07", "08"])
 def test_each_lab_takes_its_sizes_from_the_knob(lab):
+    nbformat = pytest.importorskip("nbformat", reason="reading the notebooks needs nbformat")
     (path,) = LABS.glob(f"{lab}_*.ipynb")
     code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells
                      if c.cell_type == "code")

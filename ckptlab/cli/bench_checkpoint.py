@@ -234,7 +234,8 @@ def fmt_spread(r: dict, key: str = "step") -> str:
     med, q1, q3 = r[f"{key}_s"], r.get(f"{key}_q1_s", r[f"{key}_s"]), r.get(f"{key}_q3_s",
                                                                          r[f"{key}_s"])
     scale, unit = (1.0, "s") if med >= 1 else (1e-3, "ms") if med >= 1e-3 else (1e-6, "µs")
-    return f"{med / scale:.3g} [{q1 / scale:.3g}-{q3 / scale:.3g}] {unit}"
+    digits = 0 if med / scale >= 100 else 1 if med / scale >= 10 else 2  # 3 significant
+    return f"{med / scale:.{digits}f} [{q1 / scale:.{digits}f}-{q3 / scale:.{digits}f}] {unit}"
 
 
 def table(rows) -> str:

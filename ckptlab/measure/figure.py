@@ -135,8 +135,8 @@ def label_points(ax, xs, ys, names, *, fontsize: int = 8) -> list:
     texts = [ax.text(x, y, str(n), fontsize=fontsize) for x, y, n in zip(xs, ys, names,
                                                                         strict=True)]
     ax.figure.canvas.draw()  # final limits and a renderer, before measuring text
-    for expand in ((1.1, 1.3), (1.2, 1.5), (1.3, 1.8)):  # wider margins until clean
-        if not label_problems(ax.figure):
+    for k, expand in enumerate(((1.1, 1.3), (1.2, 1.5), (1.3, 1.8))):  # wider until clean
+        if k and not label_problems(ax.figure):  # the first pass moves labels off the points
             break
         legend = ax.get_legend()
         adjust_text(texts, ax=ax, x=np.asarray(xs, float), y=np.asarray(ys, float),
