@@ -22,6 +22,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ckptlab import rng
 
+# The tests' tensors are tiny: a second intra-op thread only spin-waits (4x slower measured on
+# a busy 2-core machine), so PyTorch runs on one thread in the test process.
+torch.set_num_threads(1)
+
 TOL = 1e-5  # the kernels' rule (tests/test_attention.py, ckptlab/cli/check.py)
 FLOOR = 2.0**-22
 
