@@ -6,7 +6,7 @@
 #pragma once
 #include <stdint.h>
 
-#define EMU_ABI_VERSION 2
+#define EMU_ABI_VERSION 3
 
 // ---- limits of a CUDA launch (CUDA C++ Programming Guide, "Compute Capabilities" table) ----
 #define EMU_MAX_BLOCK_THREADS 1024   // threads per block
@@ -64,6 +64,8 @@ struct EmuConfig {
 struct EmuCounters {
     uint64_t read[EMU_MAX_ARGS], write[EMU_MAX_ARGS];
     uint64_t atomic_ops[EMU_MAX_ARGS], atomic_bytes[EMU_MAX_ARGS];
+    // distinct bytes the launch read / wrote per argument (an atomic counts as both)
+    uint64_t unique_read[EMU_MAX_ARGS], unique_write[EMU_MAX_ARGS];
     uint64_t shared_read, shared_write, shared_atomics, threads, blocks;
 };
 struct EmuFault {

@@ -40,7 +40,8 @@ class Config(ctypes.Structure):
 
 class Counters(ctypes.Structure):
     _fields_ = [(n, ctypes.c_uint64 * MAX_ARGS)
-                for n in ("read", "write", "atomic_ops", "atomic_bytes")] + [
+                for n in ("read", "write", "atomic_ops", "atomic_bytes", "unique_read",
+                  "unique_write")] + [
         (n, ctypes.c_uint64)
         for n in ("shared_read", "shared_write", "shared_atomics", "threads", "blocks")]
 

@@ -9,27 +9,32 @@ Counted bytes are the bytes each thread *requests* from each pointer argument, a
 says (a float4 load is 16 bytes). No cache is modelled: on a GPU, L2 may serve some of them, so
 Nsight Compute's measured DRAM bytes can be lower. An atomic counts one op and its size in
 atomic_bytes, not in read/write bytes.
+
+Unique bytes are the distinct bytes of each argument a launch read and wrote (an atomic counts
+as both): what a cache as big as the data would move, the lower bound beside counted requests
+(an upper bound). Measured DRAM bytes land between the two. Summed over launches (by_kernel,
+Recording), unique bytes are a sum of per-launch figures, not a union.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 
 
 @dataclass(frozen=True)
 class ArgTraffic:
     """Global-memory traffic of one pointer argument in one launch."""
 
-    read_bytes: int = 0
+    read_bytes: int = 0      # counted: bytes the threads requested
     write_bytes: int = 0
     atomic_ops: int = 0
     atomic_bytes: int = 0
+    unique_read_bytes: int = 0   # unique: distinct bytes read (atomics included)
+    unique_write_bytes: int = 0  # unique: distinct bytes written (atomics included)
 
     def __add__(self, other: ArgTraffic) -> ArgTraffic:
-        return ArgTraffic(self.read_bytes + other.read_bytes, self.write_bytes + other.write_bytes,
-                          self.atomic_ops + other.atomic_ops,
-                          self.atomic_bytes + other.atomic_bytes)
+        return ArgTraffic(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
 
 @dataclass
@@ -67,6 +72,19 @@ class Launch:
         return sum(a.atomic_ops for a in self.args.values())
 
     @property
+    def global_unique_read_bytes(self) -> int:
+        return sum(a.unique_read_bytes for a in self.args.values())
+
+    @property
+    def global_unique_write_bytes(self) -> int:
+        return sum(a.unique_write_bytes for a in self.args.values())
+
+    @property
+    def global_unique_bytes(self) -> int:
+        """Distinct bytes read plus distinct bytes written: what an infinite cache would move."""
+        return self.global_unique_read_bytes + self.global_unique_write_bytes
+
+    @property
     def atomic_bytes(self) -> int:
         return sum(a.atomic_bytes for a in self.args.values())
 
@@ -76,11 +94,15 @@ class Launch:
                 f"{self.seconds * 1e3:.1f} ms, {self.threads} threads)"]
         if not self.counted:
             return rows[0] + "\n  (not counted: mode 'fast' runs without the memory hooks)"
-        rows.append(f"  {'argument':<12}{'read B':>14}{'written B':>14}{'atomics':>10}")
+        rows.append(f"  {'argument':<12}{'read B':>14}{'written B':>14}{'atomics':>10}"
+                    f"{'unique read B':>15}{'unique wr. B':>14}")
         for name, a in self.args.items():
-            rows.append(f"  {name:<12}{a.read_bytes:>14,}{a.write_bytes:>14,}{a.atomic_ops:>10,}")
+            rows.append(f"  {name:<12}{a.read_bytes:>14,}{a.write_bytes:>14,}{a.atomic_ops:>10,}"
+                        f"{a.unique_read_bytes:>15,}{a.unique_write_bytes:>14,}")
         rows.append(f"  {'shared':<12}{self.shared_read_bytes:>14,}{self.shared_write_bytes:>14,}"
                     f"{self.shared_atomics:>10,}")
+        rows.append("  (read/written: counted requests, an upper bound; unique: distinct bytes, "
+                    "a lower bound)")
         return "\n".join(rows)
 
 
@@ -104,6 +126,19 @@ class Recording:
     @property
     def atomic_bytes(self) -> int:
         return self._sum("atomic_bytes")
+
+    @property
+    def global_unique_read_bytes(self) -> int:
+        return self._sum("global_unique_read_bytes")
+
+    @property
+    def global_unique_write_bytes(self) -> int:
+        return self._sum("global_unique_write_bytes")
+
+    @property
+    def global_unique_bytes(self) -> int:
+        """Sum over launches of each launch's unique bytes (read + written)."""
+        return self._sum("global_unique_bytes")
 
     @property
     def seconds(self) -> float:

@@ -25,6 +25,8 @@ uint32_t g_sync_id;
 uint32_t g_common[kMaxThreads / 32][32][32];
 uint32_t g_block_first_epoch, g_launch_first_epoch;  // epochs: newer = this block/launch
 Shadow* g_gshadow[kMaxArgs];  // per argument buffer, fresh each launch (race check)
+uint64_t* g_touched_read[kMaxArgs];
+uint64_t* g_touched_write[kMaxArgs];
 size_t g_stack_size;        // usable bytes per fiber stack
 int g_nstacks;
 void* g_sched_sp;
@@ -326,6 +328,12 @@ EMU_API int emu_launch(void (*launcher)(void**), void** args, const uint32_t* gr
         if (g_cfg.race_check && g_cfg.counted)
             g_gshadow[i] = static_cast<Shadow*>(calloc((bufs[i].size + 3) / 4, sizeof(Shadow)));
     }
+    if (g_cfg.counted && !alloc_touched(nbuf)) {
+        set_fault(F_CONFIG, nullptr, nullptr, 0, "out of memory for the unique-byte bitmaps");
+        count_touched(g_cnt);
+        for (int i = 0; i < kMaxArgs; ++i) free(g_gshadow[i]), g_gshadow[i] = nullptr;
+        return F_CONFIG;
+    }
 
     clock_gettime(CLOCK_MONOTONIC, &g_t0);
     g_launch_tid = static_cast<pid_t>(syscall(SYS_gettid));
@@ -341,6 +349,7 @@ EMU_API int emu_launch(void (*launcher)(void**), void** args, const uint32_t* gr
     g_cur = nullptr;
     remove_signals();
     for (int i = 0; i < kMaxArgs; ++i) free(g_gshadow[i]), g_gshadow[i] = nullptr;
+    count_touched(g_cnt);
     g_nbuf = 0;  // the argument buffers belong to the caller: forget them
     *out = g_cnt;
     return rc;
@@ -363,7 +372,8 @@ EMU_API const char* emu_abi_layout() {
     EMU_FIELD(Config, shuffle_blocks); EMU_FIELD(Config, watchdog_s); EMU_FIELD(Config, seed);
     EMU_FIELD(Config, kernel); EMU_FIELD(Config, shared_opt_in);
     EMU_FIELD(Counters, read); EMU_FIELD(Counters, write); EMU_FIELD(Counters, atomic_ops);
-    EMU_FIELD(Counters, atomic_bytes); EMU_FIELD(Counters, shared_read);
+    EMU_FIELD(Counters, atomic_bytes); EMU_FIELD(Counters, unique_read);
+    EMU_FIELD(Counters, unique_write); EMU_FIELD(Counters, shared_read);
     EMU_FIELD(Counters, shared_write); EMU_FIELD(Counters, shared_atomics);
     EMU_FIELD(Counters, threads); EMU_FIELD(Counters, blocks);
     EMU_FIELD(Fault, kind); EMU_FIELD(Fault, has_thread); EMU_FIELD(Fault, block);

@@ -273,7 +273,8 @@ class Kernel:
         if s.mode == "counted":
             launch.args = {
                 n: ArgTraffic(counters.read[i], counters.write[i], counters.atomic_ops[i],
-                              counters.atomic_bytes[i])
+                              counters.atomic_bytes[i], counters.unique_read[i],
+                              counters.unique_write[i])
                 for i, (t, n) in enumerate(self.params) if t.endswith("*")}
             launch.shared_read_bytes = counters.shared_read
             launch.shared_write_bytes = counters.shared_write

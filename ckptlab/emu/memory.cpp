@@ -194,6 +194,45 @@ __attribute__((noinline)) static void race_check(Shadow* shadow, size_t off, siz
     }
 }
 
+// ---- unique bytes: a bit per byte of each argument, set at the first touch ------------------
+bool alloc_touched(int nbuf) {
+    for (int i = 0; i < nbuf; ++i) {
+        const size_t words = (g_bufs[i].size + 63) / 64;
+        g_touched_read[i] = static_cast<uint64_t*>(calloc(words, 8));
+        g_touched_write[i] = static_cast<uint64_t*>(calloc(words, 8));
+        if (!g_touched_read[i] || !g_touched_write[i]) return false;
+    }
+    return true;
+}
+
+void count_touched(Counters& out) {
+    for (int i = 0; i < kMaxArgs; ++i) {
+        if (g_touched_read[i] && g_touched_write[i]) {
+            const size_t words = (g_bufs[i].size + 63) / 64;
+            uint64_t r = 0, w = 0;
+            for (size_t j = 0; j < words; ++j) {
+                r += static_cast<uint64_t>(__builtin_popcountll(g_touched_read[i][j]));
+                w += static_cast<uint64_t>(__builtin_popcountll(g_touched_write[i][j]));
+            }
+            out.unique_read[g_bufs[i].arg] += r;
+            out.unique_write[g_bufs[i].arg] += w;
+        }
+        free(g_touched_read[i]), g_touched_read[i] = nullptr;
+        free(g_touched_write[i]), g_touched_write[i] = nullptr;
+    }
+}
+
+// Bytes [off, off + size) of a buffer touched. Words are read before they are set, and set
+// atomically only when a bit is missing: most accesses touch bytes already marked.
+static inline void set_bits(uint64_t* bits, size_t off, size_t size) {
+    while (size) {
+        const size_t w = off / 64, b = off % 64, n = size < 64 - b ? size : 64 - b;
+        const uint64_t m = (n == 64 ? ~0ull : ((1ull << n) - 1)) << b;
+        if ((bits[w] & m) != m) __atomic_fetch_or(&bits[w], m, __ATOMIC_RELAXED);
+        off += n, size -= n;
+    }
+}
+
 // Not a kernel argument or shared memory: the thread's own stack, the module's data, or bad.
 __attribute__((noinline)) static void other_access(uintptr_t a, size_t size, bool write,
                                                    void* pc) {
@@ -236,6 +275,8 @@ __attribute__((always_inline)) static inline void on_access(uintptr_t a, size_t 
         if (a - b.lo < b.size) {
             if (a - b.lo + size > b.size) bad_access(a, size, write, pc);
             (write ? g_cnt.write : g_cnt.read)[b.arg] += size;
+            if (uint64_t* bits = (write ? g_touched_write : g_touched_read)[i])
+                set_bits(bits, a - b.lo, size);
             if (g_gshadow[i]) race_check(g_gshadow[i], a - b.lo, size, write, b.arg, pc);
             return;
         }
@@ -293,6 +334,8 @@ static void on_atomic(void* p, size_t size, void* pc) {
             if (a - b.lo + size > b.size) bad_access(a, size, true, pc);
             ++g_cnt.atomic_ops[b.arg];
             g_cnt.atomic_bytes[b.arg] += size;
+            set_bits(g_touched_read[i], a - b.lo, size);  // an atomic reads and writes
+            set_bits(g_touched_write[i], a - b.lo, size);
             if (g_gshadow[i]) race_check(g_gshadow[i], a - b.lo, size, 2, b.arg, pc);
             return;
         }

@@ -86,6 +86,10 @@ extern uint32_t g_sync_id;
 extern uint32_t g_common[kMaxThreads / 32][32][32];
 extern uint32_t g_block_first_epoch, g_launch_first_epoch;  // epochs: newer = this block/launch
 extern Shadow* g_gshadow[kMaxArgs];  // per argument buffer, fresh each launch (race check)
+// Unique bytes (counted mode): one bit per byte of each argument buffer, for what the launch
+// read and what it wrote (an atomic sets both); popcounted when the launch ends.
+extern uint64_t* g_touched_read[kMaxArgs];
+extern uint64_t* g_touched_write[kMaxArgs];
 extern size_t g_stack_size;        // usable bytes per fiber stack
 extern int g_nstacks;
 extern void* g_sched_sp;
@@ -136,5 +140,7 @@ bool run_block();
 // memory.cpp
 void find_module_ranges();
 void describe_address(char* out, size_t n, uintptr_t a, size_t size);
+bool alloc_touched(int nbuf);  // the unique-byte bitmaps of this launch's buffers
+void count_touched(Counters& out);  // popcount them into out, then free them
 
 #pragma GCC visibility pop
