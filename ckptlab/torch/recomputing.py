@@ -54,7 +54,8 @@ def contexts(ledger, ops=frozenset(), forward=None, cached=None):
     recompute runs under `cached` (a selective checkpoint's cached mode), the ledger's recompute
     hooks with the ledger current again, and `ops`, the recompute_ops of the first pass."""
     def context_fn():
-        return forward or contextlib.nullcontext(), _recompute(cached, ledger, ops)
+        first = forward if forward is not None else contextlib.nullcontext()
+        return first, _recompute(cached, ledger, ops)
     return context_fn
 
 
