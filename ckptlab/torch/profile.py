@@ -15,6 +15,8 @@ backward's count, which FlopCounterMode cannot tell apart.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
@@ -66,7 +68,7 @@ def _parameters(stage) -> list:
 def _stage(stage, x, policies, recompute) -> tuple:
     """(StageProfile, output) of one stage on input x; the stage runs once more per set of
     ops in `recompute`, under recomputing(ops)."""
-    prof, y, trace, counts, led = _run(stage, x, frozenset())
+    prof, y, trace, counts, led = _run(stage, x, frozenset(), trace=bool(policies))
     for policy in policies:
         ops = selective.aten_ops(policy)
         prof.stored[policy] = {k: b for k, b in trace.kept(ops, led).items() if k != "in"}
@@ -77,13 +79,14 @@ def _stage(stage, x, policies, recompute) -> tuple:
     return prof, y
 
 
-def _run(stage, x, ops) -> tuple:
+def _run(stage, x, ops, trace: bool = False) -> tuple:
     """One forward and backward of a stage under recomputing(ops): (StageProfile without
-    policies, output, the ops it ran, FlopCounterMode's forward counts, the ledger)."""
+    policies, output, the ops it ran (with trace=True; their outputs are kept alive until the
+    stage is measured), FlopCounterMode's forward counts, the ledger)."""
     t, params = _leaf(x), _parameters(stage)
     led = TorchLedger(params, labels=True)
     led.name(t, "in")
-    trace = _Outputs()
+    trace = _Outputs() if trace else contextlib.nullcontext()
     with led, FlopCounterMode(display=False) as fc, flop_counter() as att, trace, \
             recomputing(ops):
         y = stage(t)
