@@ -21,8 +21,6 @@ import numpy as np
 from ckptlab import emu
 from ckptlab.cli.report import write_csv
 
-ATTN = ["flash", "naive", "math", "sdpa"]
-
 
 def run(attns=("flash", "math"), layers: int = 4, width: int = 64, heads: int = 4,
         seq: int = 64, batch: int = 4, repeats: int = 7, threads: int = 1,
@@ -94,7 +92,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ckptlab bench torch", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--attn", default="flash,naive,math",
-                   help=f"comma-separated, from {','.join(ATTN)}")
+                   help="comma-separated: ckptlab methods (naive, flash, ...), math, sdpa")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--width", type=int, default=64)
     p.add_argument("--heads", type=int, default=4)
@@ -105,10 +103,13 @@ def main(argv=None) -> int:
     p.add_argument("--emu-mode", choices=["fast", "counted"], default="fast")
     p.add_argument("--csv", metavar="FILE", help="also write the rows as CSV")
     a = p.parse_args(argv)
+    try:
+        from ckptlab.torch.nets import ATTENTION
+    except ImportError as e:
+        p.error(str(e))
     attns = [s.strip() for s in a.attn.split(",") if s.strip()]
-    bad = [s for s in attns if s not in ATTN]
-    if bad or not attns:
-        p.error(f"--attn: expected names from {ATTN}, got {a.attn!r}")
+    if not attns or any(s not in ATTENTION for s in attns):
+        p.error(f"--attn: expected names from {list(ATTENTION)}, got {a.attn!r}")
     if min(a.layers, a.width, a.heads, a.seq, a.batch, a.repeats, a.threads) < 1:
         p.error("--layers, --width, --heads, --seq, --batch, --repeats, --threads must be >= 1")
     rows = run(attns, a.layers, a.width, a.heads, a.seq, a.batch, a.repeats, a.threads,
