@@ -179,6 +179,7 @@ def main(argv=None) -> int:
         p.add_argument(f"--{name}", type=type(default), default=default)
     a = vars(p.parse_args(argv))
     nproc = a.pop("nproc")
+    torch.set_num_threads(1)  # the reference run's tensors are tiny: one thread is faster
     cfg = Config(**a)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         return _torchrun(cfg)
