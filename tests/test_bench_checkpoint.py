@@ -47,11 +47,16 @@ def test_rows_meet_their_predictions_and_print():
         assert r["measured_peak_bytes"] == r["predicted_peak_bytes"]
         assert r["hardware_flops"] >= r["model_flops"] > 0
         assert r["allocator_peak_bytes"] > 0
-    assert "torch_saved_peak_bytes" in rows[1] and "torch_note" in rows[-1]
     none, sqrt = rows[1], rows[2]
     assert sqrt["measured_peak_bytes"] < none["measured_peak_bytes"]
-    assert sqrt["torch_saved_peak_bytes"] < none["torch_saved_peak_bytes"]
     assert "predicted" in bench_checkpoint.table(rows)
+    try:
+        import torch  # noqa: F401
+    except ImportError:  # the twin says why it did not run; the rest of the row stands
+        assert all(r["torch_note"] == "PyTorch is not installed" for r in rows[1:])
+        return
+    assert "torch_saved_peak_bytes" in rows[1] and "torch_note" in rows[-1]
+    assert sqrt["torch_saved_peak_bytes"] < none["torch_saved_peak_bytes"]
 
 
 def test_main_runs_and_refuses_bad_arguments(capsys):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ckptlab import device
-from ckptlab.exercises import lab01, lab02, lab03, lab04, lab05, lab06, lab07, lab08
+from ckptlab.exercises import lab01, lab02, lab03, lab04, lab05, lab06, lab07, lab08, lab10
 
 SOLUTIONS = Path(__file__).resolve().parent.parent / "labs" / "solutions"
 
@@ -79,6 +79,30 @@ CASES = [
     ("korthikanti_bytes", lab08.korthikanti_bytes, GPT3, S8.answer_2, 34 * 2048 * 12288),
     ("selective_saving", lab08.selective_saving, GPT3, S8.answer_3, 100 * S8.answer_3),
 ]
+
+# Lab 10 (PyTorch): the checker of exercise 1 runs a torch block and exercise 2 plans the
+# notebook's torch GPT, so those two need PyTorch; exercise 3 is a formula.
+S10 = solution("10_take_it_to_pytorch")
+try:
+    import torch  # noqa: F401
+    NO_TORCH = None
+except ImportError as e:
+    NO_TORCH = f"lab 10's checkers run PyTorch, which is not installed ({e})"
+CASES += [
+    ("tp_bytes_per_gpu", lab10.tp_bytes_per_gpu, dict(**GPT3, t=8), S10.answer_3,
+     2048 * 12288 * 114 // 8),
+    ("tp_bytes_per_gpu odd", lab10.tp_bytes_per_gpu, dict(s=100, b=3, h=48, a=6, t=3),
+     100 * 3 * 48 * (10 + 24 // 3) + 5 * 6 * 100 * 100 * 3 // 3, 100 * 3 * 48 * 34 // 3),
+]
+if NO_TORCH is None:
+    CASES += [
+        ("mlp_block_saved_bytes", lab10.mlp_block_saved_bytes, dict(B=32, D=64), S10.answer_1,
+         S10.answer_1 - 3 * 32 * 64),
+        ("mlp_block_saved_bytes odd", lab10.mlp_block_saved_bytes, dict(B=7, D=16),
+         24 * 7 * 16, 20 * 7 * 16),
+        ("schedule_for_budget torch", lab10.schedule_for_budget,
+         dict(prof=S10.notebook_profile(), fraction=0.4), S10.answer_2, "sqrt"),
+    ]
 IDS = [c[0] for c in CASES]
 
 
@@ -164,3 +188,16 @@ def test_schedule_answers_in_every_form():
 def test_verdict_displays_bare():
     v = lab01.sgemm_bytes(S1.answer_1, 40, 24, 56)
     assert repr(v) == "right" and isinstance(v, str)
+
+
+@pytest.mark.skipif(NO_TORCH is None, reason="PyTorch is installed: lab 10's cases run above")
+def test_lab10_cases_that_need_pytorch():
+    pytest.skip(NO_TORCH)
+
+
+def test_lab10_usual_slips():
+    assert "sequence parallelism" in lab10.tp_bytes_per_gpu(2048 * 12288 * 114 // 8, **GPT3, t=8)
+    assert "without parallelism" in lab10.tp_bytes_per_gpu(2048 * 12288 * 114, **GPT3, t=8)
+    if NO_TORCH is None:
+        assert "float noise" in lab10.mlp_block_saved_bytes(21 * 32 * 64, B=32, D=64)
+        assert "counted once" in lab10.mlp_block_saved_bytes(40 * 32 * 64, B=32, D=64)

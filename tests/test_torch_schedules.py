@@ -16,7 +16,7 @@ from ckptlab.torch import TorchLedger, checkpoint_sequential, context_fn, nets, 
 from ckptlab.torch.schedule import make_schedule
 
 SPECS = ["none", "sqrt", "every(2)", "revolve(2)", "revolve(3)", "chen_greedy(30%)",
-         "optimal(40%)", "optimal(60%)"]
+         "optimal(40%)", "optimal(60%)", "recompute(attn)"]
 
 
 def model(kind):
@@ -47,7 +47,7 @@ def step(m, x, y, sched=None, prof=None):
 def setup(request):
     m, x, y = model(request.param)
     torch.manual_seed(7)
-    prof = m.profile(x, y, policies=["matmul"])
+    prof = m.profile(x, y, policies=["matmul"], recompute=[{"attention"}])
     return m, x, y, prof, step(m, x, y)[2]
 
 
@@ -74,6 +74,23 @@ def test_selective_holds_the_prediction_at_the_forward_and_at_most_it_after(setu
     peak, held, grads = step(m, x, y, sched, prof)
     assert held == forward_end(pred) and peak <= pred.peak_bytes
     assert peak < make_schedule("none", len(m.blocks)).predict(prof).peak_bytes + 1
+    assert all(torch.equal(grads[n], plain[n]) for n in plain)
+
+
+def test_recompute_attn_drops_exactly_p_with_naive_attention():
+    """Korthikanti's selective recompute on a naive-attention GPT: the attention core keeps
+    q, k, v (the projections' outputs, the same bytes as the copies the kernel would keep) and
+    not P, so after the forward each block holds B H N N fp32 fewer bytes."""
+    g = torch.Generator().manual_seed(0)
+    L, B, N, H = 3, 2, 24, 2
+    m = nets.GPT(vocab=11, ctx=N, width=32, heads=H, layers=L, attn="naive", seed=2)
+    x, y = (torch.randint(0, 11, (B, N), generator=g) for _ in range(2))
+    prof = m.profile(x, y, recompute=[{"attention"}])
+    _, held_none, plain = step(m, x, y)
+    sched = make_schedule("recompute(attn)", L, prof)
+    peak, held, grads = step(m, x, y, sched, prof)
+    assert held_none - held == L * B * H * N * N * 4
+    assert peak == sched.predict(prof).peak_bytes
     assert all(torch.equal(grads[n], plain[n]) for n in plain)
 
 

@@ -22,13 +22,17 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ckptlab import rng
 
+# The tests' tensors are tiny: a second intra-op thread only spin-waits (4x slower measured on
+# a busy 2-core machine), so PyTorch runs on one thread in the test process.
+torch.set_num_threads(1)
+
 TOL = 1e-5  # the kernels' rule (tests/test_attention.py, ckptlab/cli/check.py)
 FLOOR = 2.0**-22
 
 
-def visible(Nq: int, Nk: int) -> torch.Tensor:
+def visible(Nq: int, Nk: int, device="cpu") -> torch.Tensor:
     """(Nq, Nk) bool: query i sees key j iff j <= i + Nk - Nq (bottom-right aligned)."""
-    i, j = torch.arange(Nq)[:, None], torch.arange(Nk)[None, :]
+    i, j = torch.arange(Nq, device=device)[:, None], torch.arange(Nk, device=device)[None, :]
     return j <= i + (Nk - Nq)
 
 
@@ -36,7 +40,7 @@ def oracle(q, k, v, causal=False, dropout_p=0.0, seed=0, offset=0, scale=None):
     """O of PyTorch in the inputs' dtype, differentiable (see the module's docstring)."""
     Nq, Nk, d = q.shape[2], k.shape[2], q.shape[3]
     scale = 1 / np.sqrt(d) if scale is None else scale
-    mask = visible(Nq, Nk) if causal else None
+    mask = visible(Nq, Nk, q.device) if causal else None
     if dropout_p == 0:
         with sdpa_kernel(SDPBackend.MATH):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
@@ -48,7 +52,7 @@ def oracle(q, k, v, causal=False, dropout_p=0.0, seed=0, offset=0, scale=None):
     E = torch.exp(S - m)
     l = E.sum(-1, keepdim=True)
     P = E / torch.where(l > 0, l, torch.ones_like(l))
-    keep = torch.from_numpy(rng.keep_mask(seed, offset, tuple(P.shape), dropout_p))
+    keep = torch.from_numpy(rng.keep_mask(seed, offset, tuple(P.shape), dropout_p)).to(q.device)
     return (P * keep / (1 - dropout_p)) @ v
 
 

@@ -6,6 +6,7 @@
     bench attention      bytes, FLOPs, memory, time per size (cli.bench_attention)
     bench checkpoint     peak memory, recompute and time per schedule (cli.bench_checkpoint)
     bench emu            how fast the CPU emulator runs (cli.bench_emu)
+    bench torch          a torch GPT's step with ckptlab attention vs SDPA (cli.bench_torch)
     kernels              registers, shared memory, spills per kernel (cli.kernels_report)
     fig2                 the FlashAttention paper's Fig. 2 table (cli.fig2)
 
@@ -34,6 +35,7 @@ BENCHES = {
     "attention": "ckptlab.cli.bench_attention",
     "checkpoint": "ckptlab.cli.bench_checkpoint",
     "emu": "ckptlab.cli.bench_emu",
+    "torch": "ckptlab.cli.bench_torch",
 }
 PROG = "python -m ckptlab"
 

@@ -10,9 +10,11 @@ more than one process on PyTorch's own distributed engine.
     ledger.py     saved-tensor bytes through saved_tensors_hooks, by storage, over time
     profile.py    a ckptlab Profile of a torch chain, measured from its saved tensors
     selective.py  ckptlab's selective policies as PyTorch selective-checkpoint policies
+    recomputing.py  recompute(attn): an op's insides as a checkpoint of their own
     schedule.py   checkpoint_sequential: any ckptlab plan with torch.utils.checkpoint
     nets.py       a torch MLP and a small GPT as chains of modules
-    parallel.py   processes: gloo/NCCL groups, Megatron's tensor-parallel block
+    dist.py       processes: spawn ranks into a gloo (CPU) or NCCL (GPU) group
+    tensor_parallel.py  Megatron's column/row split of a transformer block, bytes vs formula
     demo.py       python -m ckptlab.torch.demo --nproc 2: DDP training, bytes vs prediction
 
 PyTorch is optional (pip install -e '.[torch]'); without it importing this package raises one
@@ -29,8 +31,10 @@ except ImportError:
 from ckptlab.torch.attention import METHODS, attention, flop_counter
 from ckptlab.torch.ledger import TorchLedger
 from ckptlab.torch.profile import profile
+from ckptlab.torch.recomputing import recomputed, recomputing
 from ckptlab.torch.schedule import checkpoint_sequential, make_schedule, run_plan
 from ckptlab.torch.selective import context_fn, sac_policy
 
 __all__ = ["METHODS", "TorchLedger", "attention", "checkpoint_sequential", "context_fn",
-           "flop_counter", "make_schedule", "profile", "run_plan", "sac_policy"]
+           "flop_counter", "make_schedule", "profile", "recomputed", "recomputing", "run_plan",
+           "sac_policy"]

@@ -25,6 +25,7 @@ import dataclasses
 import inspect
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from ckptlab import kernels
 from ckptlab.torch import arrays
@@ -82,6 +83,7 @@ class _Attention(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable  # the kernels' gradients are not themselves differentiable
     def backward(ctx, dO):
         q, k, v, *held = ctx.saved_tensors
         method = ctx.meta.method

@@ -103,8 +103,17 @@ class TorchLedger:
         return self
 
     def __exit__(self, *exc):
-        _stack.remove(self)
+        _stack.pop()
         self._hooks.__exit__(*exc)
+
+    @contextlib.contextmanager
+    def as_current(self):
+        """This ledger as current() (no hooks pushed): for code run in a backward."""
+        _stack.append(self)
+        try:
+            yield self
+        finally:
+            _stack.pop()
 
     # ---------------------------------------------------------------------------- checkpoint
     @contextlib.contextmanager

@@ -23,6 +23,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ckptlab.torch.attention import METHODS, attention
 from ckptlab.torch.profile import profile
+from ckptlab.torch.recomputing import recomputed, recomputing
 from ckptlab.torch.schedule import make_schedule, run_plan
 
 ATTENTION = (*METHODS, "sdpa", "math")
@@ -62,11 +63,16 @@ class Chain(nn.Module):
         for stage in self.prefix():
             x = stage(x)
         n = len(self.blocks)
-        plan = list(range(n)) if schedule is None else make_schedule(schedule, n, profile).plan
-        return self.head(run_plan(self.blocks, plan, x), targets)
+        sched = make_schedule(list(range(n)) if schedule is None else schedule, n, profile)
+        with recomputing(sched.recompute_ops):  # recompute(attn): the attention core redone
+            x = run_plan(self.blocks, sched.plan, x)
+        return self.head(x, targets)
 
-    def profile(self, inputs, targets, policies=()):
-        return profile(self.stages(targets), inputs, self.first, len(self.blocks), policies)
+    def profile(self, inputs, targets, policies=(), recompute=()):
+        """ckptlab.torch.profile of the chain [prefix, blocks, head] on these inputs; also
+        under the selective `policies` and the sets of ops in `recompute`."""
+        return profile(self.stages(targets), inputs, self.first, len(self.blocks), policies,
+                       recompute)
 
 
 class _WithTargets(nn.Module):
@@ -147,7 +153,7 @@ class Block(nn.Module):
         q, k, v = (lin(h).view(B, N, H, C // H).transpose(1, 2) for lin in (self.q, self.k,
                                                                            self.v))  # (B,H,N,d)
         p = self.p if self.training else 0.0
-        a = attend(q, k, v, self.attn, p)  # (B, H, N, d)
+        a = recomputed("attention", attend, q, k, v, self.attn, p)  # (B, H, N, d)
         x = x + self.drop(self.o(a.transpose(1, 2).reshape(B, N, C)))
         return x + self.drop(self.proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh")))
 

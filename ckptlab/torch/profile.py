@@ -8,10 +8,14 @@ runs each stage once on its real input (the previous stage's output) and records
 bytes from a TorchLedger (saved_tensors_hooks, by storage), FLOPs from
 torch.utils.flop_counter.FlopCounterMode plus ckptlab attention's own count, the kept outputs
 from the ops the stage dispatches. Gradients are not accumulated into parameters, and torch's
-RNG state is restored afterwards.
+RNG state is restored afterwards. Recompute FLOPs are ckptlab attention's (its S = Q K^T, and
+its forward when run again in a backward); an ATen attention's recompute falls into the
+backward's count, which FlopCounterMode cannot tell apart.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -23,6 +27,7 @@ from ckptlab.recompute.profile import Profile, StageProfile
 from ckptlab.torch import selective
 from ckptlab.torch.attention import flop_counter
 from ckptlab.torch.ledger import TorchLedger, storage_of
+from ckptlab.torch.recomputing import recomputing
 
 
 class _Outputs(TorchDispatchMode):
@@ -60,13 +65,30 @@ def _parameters(stage) -> list:
     return list(stage.parameters()) if isinstance(stage, torch.nn.Module) else []
 
 
-def _stage(stage, x, policies) -> tuple:
-    """(StageProfile, output) of one stage on input x."""
+def _stage(stage, x, policies, recompute) -> tuple:
+    """(StageProfile, output) of one stage on input x; the stage runs once more per set of
+    ops in `recompute`, under recomputing(ops)."""
+    prof, y, trace, counts, led = _run(stage, x, frozenset(), trace=bool(policies))
+    for policy in policies:
+        ops = selective.aten_ops(policy)
+        prof.stored[policy] = {k: b for k, b in trace.kept(ops, led).items() if k != "in"}
+        prof.replayed_flops[policy] = sum(n for op, n in counts.items() if op in ops)
+    for ops in recompute:
+        inner = _run(stage, x, ops)[0]
+        prof.recomputed[ops] = (inner.saved, inner.bwd_recompute_flops)
+    return prof, y
+
+
+def _run(stage, x, ops, trace: bool = False) -> tuple:
+    """One forward and backward of a stage under recomputing(ops): (StageProfile without
+    policies, output, the ops it ran (with trace=True; their outputs are kept alive until the
+    stage is measured), FlopCounterMode's forward counts, the ledger)."""
     t, params = _leaf(x), _parameters(stage)
     led = TorchLedger(params, labels=True)
     led.name(t, "in")
-    trace = _Outputs()
-    with led, FlopCounterMode(display=False) as fc, flop_counter() as att, trace:
+    trace = _Outputs() if trace else contextlib.nullcontext()
+    with led, FlopCounterMode(display=False) as fc, flop_counter() as att, trace, \
+            recomputing(ops):
         y = stage(t)
     led.name(y, "out")
     saved = led.held_by_label()
@@ -75,22 +97,22 @@ def _stage(stage, x, policies) -> tuple:
     if y.requires_grad and wrt:
         with FlopCounterMode(display=False) as fb, flop_counter() as ab:
             torch.autograd.grad(y, wrt, torch.ones_like(y), allow_unused=True)
-        bwd, rec = fb.get_total_flops() + ab["backward"], ab["recompute"]
+        # a forward of ckptlab attention run again in the backward is recompute
+        bwd, rec = fb.get_total_flops() + ab["backward"], ab["recompute"] + ab["forward"]
     prof = StageProfile(storage_of(t)[1], storage_of(y)[1], saved,
                         fc.get_total_flops() + att["forward"], bwd, rec)
-    counts = fc.get_flop_counts().get("Global", {})
-    for policy in policies:
-        ops = selective.aten_ops(policy)
-        prof.stored[policy] = {k: b for k, b in trace.kept(ops, led).items() if k != "in"}
-        prof.replayed_flops[policy] = sum(n for op, n in counts.items() if op in ops)
-    return prof, y
+    return prof, y, trace, fc.get_flop_counts().get("Global", {}), led
 
 
-def profile(stages, x, first: int = 0, n_blocks: int | None = None, policies=()) -> Profile:
+def profile(stages, x, first: int = 0, n_blocks: int | None = None, policies=(),
+            recompute=()) -> Profile:
     """Measure each stage once on its real input; blocks first .. first + n_blocks - 1 are
-    what a schedule arranges (default: every stage from `first` on)."""
+    what a schedule arranges (default: every stage from `first` on). `policies`: selective
+    policies (keep(...)) to predict; `recompute`: sets of op names (recompute(attn):
+    {"attention"}) to measure the stages under, as ckptlab's own profile does."""
     stages = list(stages)
     policies = [resolve_policy(p) for p in policies]
+    recompute = [frozenset(ops) for ops in recompute if ops]
     n_blocks = len(stages) - first if n_blocks is None else n_blocks
     if not (0 <= first and n_blocks >= 1 and first + n_blocks <= len(stages)):
         raise ValueError(f"profile: blocks {first}..{first + n_blocks - 1} do not fit in "
@@ -101,7 +123,7 @@ def profile(stages, x, first: int = 0, n_blocks: int | None = None, policies=())
     out = []
     with torch.random.fork_rng(devices=devices):
         for stage in stages:
-            prof, y = _stage(stage, x, policies)
+            prof, y = _stage(stage, x, policies, recompute)
             out.append(prof)
             x = y
     return Profile(out, first, n_blocks)

@@ -5,14 +5,13 @@
 A plan (ckptlab.recompute.plan) lists block indices, run plainly, and Segs, each one
 torch.utils.checkpoint call over its items; a Seg inside a Seg (Revolve's plans) is a checkpoint
 inside the recomputed function, which non-reentrant checkpointing supports. A Seg with a policy
-runs under the policy's PyTorch selective-checkpoint contexts (selective.py). Under a
-TorchLedger every checkpoint also gets the ledger's recompute hooks, so that the bytes a
-recompute holds are counted.
+(keep(matmul)) runs under the policy's PyTorch selective-checkpoint contexts (selective.py). A
+schedule's recompute_ops (recompute(attn): Korthikanti et al.'s selective recompute) make the
+ops so named keep only their inputs (recomputing.py). Under a TorchLedger every checkpoint also
+gets the ledger's recompute hooks, so that the bytes a recompute holds are counted.
 """
 
 from __future__ import annotations
-
-from contextlib import nullcontext
 
 from torch.utils.checkpoint import checkpoint
 
@@ -21,17 +20,18 @@ from ckptlab.recompute.plan import Seg, check_plan
 from ckptlab.torch import ledger as ledgers
 from ckptlab.torch import selective
 from ckptlab.torch.profile import profile as measure_profile
+from ckptlab.torch.recomputing import contexts, recompute_ops, recomputing
 
 BUDGETED = ("optimal", "chen_greedy")  # specs that need a profile
 
 
 def _contexts(policy, ledger):
-    """context_fn for one checkpoint call: SAC for a policy, the ledger's recompute hooks."""
+    """context_fn of one segment's checkpoint: SAC for a policy, the ledger's hooks, and the
+    recompute_ops in force now for the recompute (recomputing.contexts)."""
+    forward = cached = None
     if policy is not None:
-        return lambda: selective.contexts(policy, ledger)
-    if ledger is not None:
-        return lambda: (nullcontext(), ledger.recompute_hooks())
-    return None
+        forward, cached = selective.contexts(policy, ledger)
+    return contexts(ledger, recompute_ops(), forward, cached)
 
 
 def run_plan(modules, plan, x, *, preserve_rng_state: bool = True,
@@ -44,12 +44,9 @@ def run_plan(modules, plan, x, *, preserve_rng_state: bool = True,
             def segment(t, seg=item):
                 return run_plan(modules, seg.items, t, preserve_rng_state=preserve_rng_state,
                                 determinism_check=determinism_check, ledger=ledger)
-            kw = {}
-            ctx = _contexts(item.policy, ledger)
-            if ctx is not None:
-                kw["context_fn"] = ctx
             x = checkpoint(segment, x, use_reentrant=False, preserve_rng_state=preserve_rng_state,
-                           determinism_check=determinism_check, **kw)
+                           determinism_check=determinism_check,
+                           context_fn=_contexts(item.policy, ledger))
         else:
             x = modules[item](x)
     return x
@@ -80,5 +77,6 @@ def checkpoint_sequential(modules, x, schedule="sqrt", *, profile=None,
     if profile is None and isinstance(schedule, str) and schedule.strip().startswith(BUDGETED):
         profile = measure_profile(modules, x)
     sched = make_schedule(schedule, len(modules), profile)
-    return run_plan(modules, sched.plan, x, preserve_rng_state=preserve_rng_state,
-                    determinism_check=determinism_check)
+    with recomputing(sched.recompute_ops):
+        return run_plan(modules, sched.plan, x, preserve_rng_state=preserve_rng_state,
+                        determinism_check=determinism_check)

@@ -60,11 +60,9 @@ def context_fn(policy):
 
 def contexts(policy, ledger=None) -> tuple:
     """(forward, recompute) contexts of one selective checkpoint; with a TorchLedger, what the
-    cache keeps and what the recompute saves are counted in it."""
+    cache keeps is counted in it until the recompute consumes it."""
     forward, recompute = create_selective_checkpoint_contexts(sac_policy(policy))
-    if ledger is None:
-        return forward, recompute
-    return _counting(forward, ledger), _both(recompute, ledger.recompute_hooks())
+    return (forward if ledger is None else _counting(forward, ledger)), recompute
 
 
 @contextlib.contextmanager
@@ -73,8 +71,3 @@ def _counting(caching_mode, ledger):
         yield
     ledger.hold_cached(caching_mode.storage)  # complete: a forward only adds to the cache
 
-
-@contextlib.contextmanager
-def _both(first, second):
-    with first, second:
-        yield
