@@ -72,3 +72,20 @@ def test_bench_crossing_reports_the_crossing(capsys):
     rc = cli.main(["bench", "crossing", "--dtype", "fp8"])
     assert rc == 2 and "--dtype" in capsys.readouterr().err
     assert roofline.ridge_point("h200", "bf16") > roofline.ridge_point("a100", "bf16")
+
+
+@pytest.mark.gpu
+def test_bench_crossing_measures_on_the_gpu(tmp_path, capsys):
+    """On CUDA: stored and flash are timed at each d and the measured gain printed beside the
+    model's for this GPU; the CSV holds both kinds of rows."""
+    path = tmp_path / "c.csv"
+    rc = cli.main(["--device", "cuda", "bench", "crossing", "--measure", "--d", "16,64",
+                   "--n", "1024", "--gpus", "h200", "--dtype", "fp32", "--csv", str(path)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "measured here" in out and "gain" in out
+    import csv
+
+    rows = list(csv.DictReader(open(path)))
+    measured = [r for r in rows if r.get("gain_measured")]
+    assert [int(r["d"]) for r in measured] == [16, 64]
+    assert all(float(r["gain_measured"]) > 0 for r in measured)

@@ -177,3 +177,32 @@ def test_a_real_launch_by_hand():
     assert (t.flops, t.bytes, t.bound) == (524288, 147456, "memory")
     assert t.compute_s == pytest.approx(54 * 524288 / 19.5e12, rel=1e-12)
     assert t.seconds == pytest.approx(3e-6 + 54 * 147456 / 2.039e12, rel=1e-12)
+
+
+@pytest.mark.gpu
+def test_resources_and_occupancy_agree_with_the_driver():
+    """On the GPU: the registers and shared memory the model reads from ptxas are what the
+    loaded kernels report, and resident_blocks equals the driver's own occupancy calculator
+    (cuOccupancyMaxActiveBlocksPerMultiprocessor) for the fused kernels at d = 64 and 128."""
+    from ckptlab import device
+    from ckptlab.kernels import table
+
+    cp = device.xp("cuda")
+    gpu = roofline.current_gpu()
+    if gpu is None:
+        pytest.skip("this GPU is not in roofline.SPECS: no arch or SM count to model it with")
+    spec = roofline.spec(gpu)
+    with device.use("cuda"):
+        for d in (64, 128):
+            for filename, name in [
+                ("attn_flash_fwd.cu", table.fwd_name(d, *table.fwd_tiles(d), False)),
+                ("attn_flash_bwd.cu", table.dkdv_name(d, *table.bwd_tiles(d), False, False)),
+                ("attn_flash_bwd.cu", table.dkdv_name(d, *table.bwd_tiles(d), False, True)),
+            ]:
+                fn = device.load(filename, name_expressions=(name,)).get_function(name)
+                res = occupancy.resources(name, spec["arch"])
+                assert (fn.num_regs, fn.shared_size_bytes) == (res.registers, res.smem), name
+                threads = occupancy.geometry(name, 1, 1, 1024, 1024, d)[1]
+                driver = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+                    fn.ptr, threads, 0)
+                assert occupancy.resident_blocks(threads, res, spec)[0] == driver, name

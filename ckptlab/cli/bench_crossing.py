@@ -75,18 +75,42 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def measure_gains(ds, *, N, B, H, repeats=20) -> list[dict]:
-    """On the GPU: stored and flash (fp32) timed here at each d; the measured recompute gain."""
+def measure_gains(ds, *, N, B, H, causal=False, repeats=20) -> list[dict]:
+    """On the GPU: stored and flash (fp32) timed here at each d (CUDA events, median and
+    p10-p90 of repeats), the measured recompute gain, and the model's for this GPU beside it."""
     from ckptlab.cli import bench_attention
 
+    gpu = roofline.current_gpu()
     rows = []
     for d in ds:
-        t = {m: bench_attention.run_case(m, B, H, N, d, repeats=repeats) for m in ("stored",
-                                                                                 "flash")}
-        rows.append(dict(d=d, N=N, B=B, H=H, stored_s=t["stored"]["time_s"],
-                         flash_s=t["flash"]["time_s"], gain=t["stored"]["time_s"]
-                         / t["flash"]["time_s"], source=t["flash"]["time_source"]))
+        t = {m: bench_attention.run_case(m, B, H, N, d, causal, repeats=repeats,
+                                         gpus=(gpu,) if gpu else ())
+             for m in ("stored", "flash")}
+        row = dict(gpu=gpu or "this GPU", dtype="fp32", d=d, N=N, B=B, H=H, causal=causal,
+                   gain_measured=t["stored"]["time_s"] / t["flash"]["time_s"],
+                   source=t["flash"]["time_source"])
+        for m in ("stored", "flash"):
+            row.update({f"{m}_s": t[m]["time_s"], f"{m}_p10_s": t[m]["time_p10_s"],
+                        f"{m}_p90_s": t[m]["time_p90_s"]})
+        if gpu:
+            g = timemodel.short_name(gpu)
+            row.update(gain_unique=t["stored"][f"{g}_lo_s"] / t["flash"][f"{g}_lo_s"],
+                       gain_counted=t["stored"][f"{g}_hi_s"] / t["flash"][f"{g}_hi_s"])
+        rows.append(row)
     return rows
+
+
+def format_measured(rows: list[dict]) -> str:
+    out = [f"measured here ({rows[0]['source']}), fp32, N={rows[0]['N']}, B={rows[0]['B']}, "
+           f"H={rows[0]['H']}: recompute gain = stored / flash median time"]
+    for r in rows:
+        model = (f"; modeled on {r['gpu']}: {r['gain_unique']:.2f}-{r['gain_counted']:.2f}"
+                 if "gain_unique" in r else "")
+        out.append(f"  d={r['d']:<4} stored {r['stored_s'] * 1e3:.3f} ms "
+                   f"({r['stored_p10_s'] * 1e3:.3f}-{r['stored_p90_s'] * 1e3:.3f}), flash "
+                   f"{r['flash_s'] * 1e3:.3f} ms ({r['flash_p10_s'] * 1e3:.3f}-"
+                   f"{r['flash_p90_s'] * 1e3:.3f}): gain {r['gain_measured']:.2f}{model}")
+    return "\n".join(out)
 
 
 def main(argv=None) -> int:
@@ -123,9 +147,9 @@ def main(argv=None) -> int:
                                      causal=a.causal)
     print(format_table(rows))
     if a.measure:
-        for r in measure_gains(a.d, N=a.n, B=a.batch, H=a.heads):
-            print(f"measured d={r['d']}: stored {r['stored_s'] * 1e3:.3f} ms, flash "
-                  f"{r['flash_s'] * 1e3:.3f} ms, gain {r['gain']:.2f} ({r['source']})")
+        measured = measure_gains(a.d, N=a.n, B=a.batch, H=a.heads, causal=a.causal)
+        print(format_measured(measured))
+        rows += measured
     if a.csv:
         write_csv(rows, a.csv)
     return 0
