@@ -206,3 +206,27 @@ def test_resources_and_occupancy_agree_with_the_driver():
                 driver = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
                     fn.ptr, threads, 0)
                 assert occupancy.resident_blocks(threads, res, spec)[0] == driver, name
+
+
+def test_the_output_says_where_resources_come_from(monkeypatch):
+    """bench attention's note names the compiler's report, or says there was none."""
+    from ckptlab.cli import bench_attention
+
+    rows = bench_attention.sweep([32], B=1, H=1, d=16, progress=False, counted=False)
+    note = bench_attention.model_note(rows)
+    assert "registers and shared memory: " in note
+    assert ("ptxas" in note) == HAVE_COMPILER
+
+    def missing(*args, **kwargs):
+        raise nvrtc.CompilerNotFound("no CUDA compiler here (test)")
+
+    monkeypatch.setattr(nvrtc, "compile_file", missing)
+    monkeypatch.setattr(occupancy.build, "cache_dir", lambda: __import__("pathlib").Path(
+        "/nonexistent-ckptlab-cache"))
+    occupancy.resources.cache_clear()
+    occupancy._compiled.cache_clear()
+    try:
+        assert occupancy.NO_COMPILER in bench_attention.model_note(rows)
+    finally:
+        occupancy.resources.cache_clear()
+        occupancy._compiled.cache_clear()

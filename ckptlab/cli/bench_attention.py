@@ -239,6 +239,7 @@ def model_note(rows: list[dict]) -> str:
     small = max(r["N"] for r in rows) < (n or float("inf"))
     return (f"times modeled (lower-upper: unique-counted bytes): launch cost "
             f"{timemodel.LAUNCH_S * 1e6:.0f} us + waves x roofline, ckptlab.measure.timemodel; "
+            f"registers and shared memory: {timemodel.resources_note(gpu)}; "
             f"at B={r0['B']} H={r0['H']} every launch fills a wave on {short(gpu)} from {where}"
             + ("; below that the model mostly counts launch costs and partial waves: a guide, "
                "not a prediction" if small else ""))

@@ -71,7 +71,8 @@ def format_table(rows: list[dict]) -> str:
                    f"{', '.join(pays) or 'none'}; it costs on {', '.join(costs) or 'none'}")
     out.append("ridge: peak FLOP/s / bandwidth (FLOP per byte); bf16: modeled (tensor-core peak, "
                "2-byte elements, the fp32 kernels' shapes); every time is modeled "
-               "(ckptlab.measure.timemodel)")
+               "(ckptlab.measure.timemodel; registers and shared memory: "
+               f"{timemodel.resources_note(rows[0]['gpu'])})")
     return "\n".join(out)
 
 

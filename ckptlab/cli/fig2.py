@@ -209,7 +209,8 @@ def format_table(rows: list[dict]) -> str:
         f"{p['flash'][0]:.2f} ms ({p['flash'][1]}-bound): {p['speedup']:.1f}x modeled, "
         f"{PAPER['standard']['ms'] / PAPER['flash']['ms']:.1f}x measured",
         "times modeled: launch cost + waves x roofline (ckptlab.measure.timemodel), lower from "
-        "unique bytes, upper from counted; fp16 what-if: tensor-core peak, 2-byte elements",
+        "unique bytes, upper from counted; fp16 what-if: tensor-core peak, 2-byte elements; "
+        f"registers and shared memory: {timemodel.resources_note(SPEC)}",
     ]
     return "\n".join(lines)
 

@@ -107,6 +107,13 @@ def launch_time(kernel: str, blocks: int, threads: int, flops, nbytes, device,
         share * nbytes / s["hbm_bytes_per_s"], LAUNCH_S, s["name"], dtype, res.source)
 
 
+def resources_note(device) -> str:
+    """Where the registers and shared memory behind the waves come from on `device`: the
+    compiler's report, or (no compiler) the tile table with registers unknown."""
+    arch = roofline.spec(device)["arch"]
+    return occupancy.resources("attn_naive_scores", arch).source
+
+
 # ---------------------------------------------------------------- bytes per launch
 
 
