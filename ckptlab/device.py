@@ -9,6 +9,7 @@ ckptlab imports CuPy: ask this module for the array module (`xp()`) and for kern
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 from pathlib import Path
 
@@ -117,11 +118,25 @@ def kernel_source(filename: str) -> str:
     return path.read_text()
 
 
+def headers_hash() -> str:
+    """SHA-256 (first 16 hex digits) of every kernels/*.cuh, names and contents, in name order.
+
+    CuPy's on-disk kernel cache keys on the .cu source, the options, the arch and the name
+    expressions, not on the headers a file includes: without this in the options, an edited
+    .cuh would keep running the binary compiled from the old one."""
+    h = hashlib.sha256()
+    for path in sorted(KERNELS_DIR.glob("*.cuh")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
 def load(filename: str, options: tuple = (), name_expressions: tuple | None = None):
     """Load kernels/<filename> for the current target, once per process per (target, options).
 
     Returns a module with CuPy's RawModule surface: `get_function(name)`, and each function is
-    called as `f(grid, block, args, shared_mem=0)`.
+    called as `f(grid, block, args, shared_mem=0)`. On "cuda" the options carry
+    -DCKPTLAB_HEADERS_HASH=<headers_hash()>, so CuPy's disk cache misses when a header changes
+    (the emulator's own cache already hashes the headers it includes).
     """
     name = target()
     options = tuple(options)
@@ -134,8 +149,10 @@ def load(filename: str, options: tuple = (), name_expressions: tuple | None = No
     if name == "cuda":
         import cupy
 
+        stamp = (f"-DCKPTLAB_HEADERS_HASH={headers_hash()}",)
         module = cupy.RawModule(
-            code=code, options=("-std=c++17",) + include + options, name_expressions=names
+            code=code, options=("-std=c++17",) + include + stamp + options,
+            name_expressions=names,
         )
     else:
         from ckptlab import emu

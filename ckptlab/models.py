@@ -53,13 +53,16 @@ class Chain:
             x = stage(x)
         if isinstance(schedule, str):
             schedule = schedules.make(schedule, len(self.blocks))
-        x = checkpoint_sequential(self.blocks, x, plan=schedule, **kwargs)
+        with tape.recomputing(getattr(schedule, "recompute_ops", ())):  # e.g. recompute(attn)
+            x = checkpoint_sequential(self.blocks, x, plan=schedule, **kwargs)
         return self.head(x, targets)
 
-    def profile(self, inputs, targets, policies=()):
-        """Measure each stage once (profile.profile) for the schedules' predictions."""
+    def profile(self, inputs, targets, policies=(), recompute=()):
+        """Measure each stage once (profile.profile) for the schedules' predictions; also
+        under each selective `policies` and each set of ops in `recompute`."""
         x = inputs if isinstance(inputs, Tensor) else Tensor(inputs)
-        return profile.profile(self.stages(targets), x, self.first, len(self.blocks), policies)
+        return profile.profile(self.stages(targets), x, self.first, len(self.blocks), policies,
+                               recompute)
 
     def zero_grad(self) -> None:
         for p in self.params.values():

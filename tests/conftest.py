@@ -10,18 +10,24 @@ NO_GPU = ("needs an NVIDIA GPU and a CUDA build of CuPy: cupy.cuda.is_available(
           "this machine")
 
 
+def wants_gpu(node) -> bool:
+    """Marked `gpu` (by the test, its class or its module). Not `"gpu" in node.keywords`: the
+    keywords also hold every parent's name, so a checkout in a folder named gpu would match."""
+    return node.get_closest_marker("gpu") is not None
+
+
 def pytest_collection_modifyitems(config, items):
     if device.cuda_available():
         return
     skip = pytest.mark.skip(reason=NO_GPU)
     for item in items:
-        if "gpu" in item.keywords:
+        if wants_gpu(item):
             item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)
 def _target(request):
     """Pin the target per test: "cuda" for gpu-marked tests, the emulator for all others."""
-    name = "cuda" if "gpu" in request.keywords else "emu"
+    name = "cuda" if wants_gpu(request.node) else "emu"
     with device.use(name), emu.settings(mode="counted", race_check=True):
         yield

@@ -17,7 +17,17 @@ from ckptlab.recompute.checkpoint import (
 
 R = np.random.default_rng(3)
 D = 6
-WEIGHTS = [Tensor(R.standard_normal((D, D)) / np.sqrt(D), requires_grad=True) for _ in range(4)]
+W_DATA = [R.standard_normal((D, D)) / np.sqrt(D) for _ in range(4)]  # NumPy: no target yet
+WEIGHTS: list = []  # the blocks' weight Tensors, made fresh for each test by `weights`
+
+
+@pytest.fixture(autouse=True)
+def weights(_target):
+    """Weight Tensors made after conftest's `_target` pinned the test's target. Made at import
+    they would live on whatever target was detected then: CuPy arrays on a GPU machine."""
+    WEIGHTS[:] = [Tensor(w.copy(), requires_grad=True) for w in W_DATA]
+    yield WEIGHTS
+    WEIGHTS.clear()
 
 
 def block(i):

@@ -2,6 +2,7 @@
 in the layouts ncu prints), and, under `-m gpu`, the CUDA-event timer, the CuPy pool peak and
 a measured copy under ncu."""
 
+import re
 import time
 from types import SimpleNamespace
 
@@ -263,22 +264,59 @@ def test_sources_are_checked():
         measure.check_source("estimated")
 
 
-COPY_512MIB = """
+# A copy ncu can see: a named elementwise kernel. cp.copyto between contiguous arrays of one
+# dtype is a cudaMemcpyAsync, which ncu does not profile (kernels only), and cp.ones runs
+# CuPy's own cupy_fill, which COPY_KERNEL's regex must not match.
+COPY_KERNEL = "ckptlab_copy_f32"
+COPY_512MIB = f"""
 import cupy as cp
-x = cp.ones(1 << 27, dtype=cp.float32)  # 512 MiB, ten times an H100's L2
+copy = cp.ElementwiseKernel("float32 x", "float32 y", "y = x", {COPY_KERNEL!r})
+x = cp.ones(1 << 27, dtype=cp.float32)  # 512 MiB, several times any GPU's L2 (cupy_fill)
 y = cp.empty_like(x)
-cp.copyto(y, x)
+copy(x, y)
 cp.cuda.Device().synchronize()
 """
+COPY_REGEX = COPY_KERNEL  # ncu matches it against the function name (--kernel-name-base)
+
+
+def test_the_copy_workload_launches_one_kernel_the_regex_picks():
+    """COPY_512MIB against a stand-in CuPy that lists what would run on the GPU: the regex
+    handed to ncu matches the copy kernel, once, with 2^27 floats in and out, and nothing else
+    (not cupy_fill, not a memcpy, which ncu would not profile anyway)."""
+    ran = []
+
+    def kernel(in_params, out_params, operation, name):
+        def launch(x, y):
+            assert y.size == x.size
+            ran.append(("kernel", name, x.size))
+
+        return launch
+
+    def ones(n, dtype):
+        ran.append(("kernel", "cupy_fill", n))
+        return SimpleNamespace(size=n)
+
+    cp = SimpleNamespace(
+        float32=np.float32, ElementwiseKernel=kernel, ones=ones,
+        empty_like=lambda a: SimpleNamespace(size=a.size),
+        copyto=lambda dst, src: ran.append(("memcpy", None, src.size)),
+        cuda=SimpleNamespace(Device=lambda: SimpleNamespace(synchronize=lambda: None)),
+    )
+    code = COPY_512MIB.replace("import cupy as cp\n", "")
+    exec(code, {"cp": cp})  # our own constant, on the stand-in
+    picked = [r for r in ran if r[0] == "kernel" and re.search(COPY_REGEX, r[1])]
+    assert picked == [("kernel", COPY_KERNEL, 1 << 27)], ran
+    assert not re.search(COPY_REGEX, "cupy_fill") and not re.search(COPY_REGEX, "cupy_copy")
 
 
 @gpu
 @pytest.mark.gpu
 @pytest.mark.skipif(not measure.ncu_available(), reason="ncu (Nsight Compute) is not on the PATH")
 def test_measured_bytes_of_a_copy():
-    rows = measure.measure_hbm_bytes(COPY_512MIB, kernel_regex="copy")
+    rows = measure.measure_hbm_bytes(COPY_512MIB, kernel_regex=COPY_REGEX)
     size = 1 << 29
+    assert [r["kernel"] for r in rows] == [COPY_KERNEL], rows
     # The copy reads 512 MiB and writes 512 MiB. At most one L2's worth (<= 72 MiB on the parts
     # in roofline.SPECS) can be served from, or left dirty in, the L2 instead of DRAM: 15%.
-    assert rows and 0.85 * size <= rows[-1]["bytes_read"] <= 1.05 * size
-    assert 0.85 * size <= rows[-1]["bytes_written"] <= 1.05 * size
+    assert 0.85 * size <= rows[0]["bytes_read"] <= 1.05 * size
+    assert 0.85 * size <= rows[0]["bytes_written"] <= 1.05 * size

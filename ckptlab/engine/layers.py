@@ -181,6 +181,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, impl: str =
     (B, H, Nq) and recomputes P = exp(S - L) in backward (those FLOPs count as "recompute").
     backend="numpy": this module, in the inputs' dtype (gradcheck runs it in float64);
     backend="kernels": the CUDA kernels through ckptlab.kernels (fp32, the emulator on the CPU).
+    Under tape.recomputing({"attention"}) (numpy backend) either impl saves only q, k, v and its
+    backward recomputes S and P ("recompute" FLOPs): Korthikanti et al.'s selective recompute.
     Dropout element (b, h, i, j) is number ((b*H + h)*Nq + i)*Nk + j of rng.keep_mask.
     FLOPs are counted dense (4 B H Nq Nk d forward, 8 backward), masked scores included."""
     _check_attention(q, k, v, impl, backend, dropout_p)
@@ -190,6 +192,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, impl: str =
     seed, offset = tape.next_rng() if dropout_p > 0 else (0, 0)
     mm = 2 * B * H * Nq * Nk * d  # FLOPs of one (Nq x d) @ (d x Nk) matmul per head
     if backend == "kernels":
+        if "attention" in tape.recompute_ops():
+            raise ValueError("attention: recomputing the core (tape.recomputing) runs on "
+                             "backend='numpy' only; the kernels keep P (naive) or O and L (flash)")
         return _attention_kernels(q, k, v, causal, impl, dropout_p, scale, seed, offset, mm)
     xp = xp_of(q.data)
     Q, K, V = q.data, k.data, v.data
@@ -200,17 +205,30 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, impl: str =
     O = (P if keep is None else xp.where(keep, P * drop, 0.0)) @ V  # (B, H, Nq, d)
     tape.count(2 * mm + 5 * P.size)
     qn, kn, vn = q.node, k.node, v.node
-    # What the closure may see: naive keeps P, flash keeps O and L (and neither keeps the mask)
-    P_saved, O_saved, L_saved = (P, None, None) if impl == "naive" else (None, O, L)
+    # What the closure may see: naive keeps P, flash keeps O and L (and neither keeps the mask);
+    # the core recomputed (Korthikanti's selective recompute) keeps nothing beyond q, k, v
+    core = "attention" in tape.recompute_ops()
+    P_saved, O_saved, L_saved = ((None, None, None) if core else
+                                 (P, None, None) if impl == "naive" else (None, O, L))
 
     def backward(g):  # g = dO
-        if impl == "naive":
+        O_kept, L_kept = O_saved, L_saved
+        if core:  # the forward's core again from q, k, v: S, P = softmax(S); flash: L and O
+            S = (Q @ K.swapaxes(-1, -2)) * scale
+            visible = causal_visible(Nq, Nk, xp) if causal else None  # rebuilt: never held
+            Pb, L_kept = _softmax_lse(S, visible, xp)
+            tape.count(mm + 5 * Pb.size, "recompute")
+            if impl == "flash":  # flash's backward reads O (for D) and L: O = dropout(P) V
+                k_ = keep_mask(seed, offset, Pb.shape, dropout_p, xp) if dropout_p > 0 else None
+                O_kept = (Pb if k_ is None else xp.where(k_, Pb * drop, 0.0)) @ V
+                tape.count(mm, "recompute")
+        if impl == "naive" and not core:
             Pb = P_saved
-        else:  # S = scale Q K^T -> P = exp(S - L): recomputed, never stored
+        elif impl == "flash":  # S = scale Q K^T -> P = exp(S - L): recomputed, never stored
             S = (Q @ K.swapaxes(-1, -2)) * scale
             if causal:
                 S = xp.where(causal_visible(Nq, Nk, xp), S, -xp.inf)
-            Pb = xp.exp(S - L_saved[..., None])
+            Pb = xp.exp(S - L_kept[..., None])
             tape.count(mm + 2 * Pb.size, "recompute")
         mask = keep_mask(seed, offset, Pb.shape, dropout_p, xp) if dropout_p > 0 else None
         Pd = Pb if mask is None else xp.where(mask, Pb * drop, 0.0)  # what O = Pd V used
@@ -219,7 +237,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, impl: str =
             dP = xp.where(mask, dP * drop, 0.0)  # dP = dPd * keep / (1 - p)
         # D_i = rowsum(dO_i * O_i) = rowsum(P_i * dP_i); flash reads O, naive has P
         if impl == "flash":
-            D = (g * O_saved).sum(-1, keepdims=True)  # (B, H, Nq, 1)
+            D = (g * O_kept).sum(-1, keepdims=True)  # (B, H, Nq, 1)
         else:
             D = (Pb * dP).sum(-1, keepdims=True)
         dS = Pb * (dP - D)  # dS = P * (dP - D)

@@ -9,8 +9,10 @@ saved arrays are released.
 
 Engine state (one per process): grad mode (`no_grad()`), the phase ("forward", "recompute",
 "backward") FLOPs are counted under, the dropout RNG state (seed, offset), the ledger (any
-object with on_op/acquire/release/add_flops; installed by ledger.record()), and a ValueStore
-while a selective checkpoint stores or replays op outputs.
+object with on_op/acquire/release/add_flops; installed by ledger.record()), a ValueStore
+while a selective checkpoint stores or replays op outputs, and the names of the ops that
+recompute their insides in the backward instead of saving them (`recomputing()`: the attention
+core, for Korthikanti et al.'s selective recompute).
 
 This module imports nothing of ckptlab: tensor.py, ops.py and layers.py build on it.
 """
@@ -29,6 +31,7 @@ class _State:
     offset = 0  # advanced by one for each dropout call: a counter-based RNG needs no more
     ledger = None
     store = None  # a ValueStore while a selective checkpoint stores or replays
+    recompute_ops = frozenset()  # ops that save only their inputs and recompute the rest
 
 
 _state = _State()
@@ -208,6 +211,26 @@ def storing(store: ValueStore | None):
 
 def current_store() -> ValueStore | None:
     return _state.store
+
+
+# ops that can recompute their insides in the backward (recomputing() accepts these names)
+RECOMPUTABLE = frozenset({"attention"})
+
+
+def recomputing(names):
+    """Context: ops named here (RECOMPUTABLE) save only their inputs and redo the rest of their
+    forward in their backward (counted as "recompute"). The choice is made when the op runs,
+    so the backward may run outside the context."""
+    names = frozenset(names)
+    if names - RECOMPUTABLE:
+        raise ValueError(f"recomputing: {sorted(names - RECOMPUTABLE)} cannot recompute their "
+                         f"insides; expected names from {sorted(RECOMPUTABLE)}")
+    return _setting("recompute_ops", names)
+
+
+def recompute_ops() -> frozenset:
+    """The op names that recompute their insides now (see recomputing())."""
+    return _state.recompute_ops
 
 
 def set_ledger(led):

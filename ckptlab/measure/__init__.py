@@ -1,11 +1,16 @@
 """The instruments and the models they are compared with.
 
-    timing.py    time_fn (CUDA events or perf_counter: median and spread), peak_memory
+    timing.py    time_fn (CUDA events or perf_counter: median and spread), peak_memory,
+                 blas_threads (BLAS pools limited in-process), quartiles
     ncu.py       HBM bytes measured by Nsight Compute; the labels every byte figure carries
     traffic.py   modeled bytes and FLOPs of every kernel launch (counted == modeled, tested)
     roofline.py  GPU specs with sources, arithmetic intensity, modeled time, MFU/HFU
+    occupancy.py launch shapes, registers and shared memory (ptxas), resident blocks per SM
+    timemodel.py modeled time: launch cost + waves x roofline, unique/counted bounds; the
+                 naive/stored/flash decomposition; when recompute stops paying
     at_scale.py  Korthikanti et al.'s activation memory of a transformer layer at scale
     plots.py     memory / time / bytes against N, the roofline, memory traces, Pareto fronts
+    tradeoff_plots.py  memory against speed (and against FLOPs), per method or schedule
 
     from ckptlab import measure
     t = measure.time_fn(step, repeats=20)      # t.median_s, t.p10_s, t.p90_s
@@ -19,7 +24,7 @@ from ckptlab.measure.ncu import (
     ncu_command,
     parse_ncu_csv,
 )
-from ckptlab.measure.timing import Timing, peak_memory, time_fn
+from ckptlab.measure.timing import Timing, blas_threads, peak_memory, quartiles, time_fn
 
-__all__ = ["SOURCES", "Timing", "check_source", "measure_hbm_bytes", "ncu_available",
-           "ncu_command", "parse_ncu_csv", "peak_memory", "time_fn"]
+__all__ = ["SOURCES", "Timing", "blas_threads", "check_source", "measure_hbm_bytes",
+           "ncu_available", "ncu_command", "parse_ncu_csv", "peak_memory", "quartiles", "time_fn"]

@@ -50,9 +50,23 @@ _H200_DATASHEET = (
     "read via https://lzwjava.github.io/nvidia-h200-gpu-specs-en and "
     "https://itkb.uw.cz/2026/06/nvidia-h200-vs-b300-precisions-cores.html"
 )
-_H200_SAME_DIE = (
-    "same GH100 die as the H100 SXM (https://aiwiki.ai/wiki/nvidia_h200); NVIDIA's H200 "
-    "datasheet does not print L2 or shared memory, so the H100 figures are used"
+_AMPERE_WHITEPAPER = (
+    "NVIDIA A100 Tensor Core GPU Architecture whitepaper, https://images.nvidia.com/aem-dam/"
+    "en-zz/Solutions/data-center/nvidia-ampere-architecture-whitepaper.pdf (A100: 108 SMs), "
+    "read via https://notes.haroldbenoit.com/ML/Engineering/GPUs/Hardware"
+)
+_H200_L2 = (
+    "the H200 itself: cudaDeviceProp.l2CacheSize reports 60 MB (docs/references.md, 'H200: 132 "
+    "SMs, 60 MB L2'), taken as 60 MiB like the A100's 40 MiB; the GH100 die has 60 MB of L2 "
+    "(https://chipsandcheese.com/2023/07/02/nvidias-h100-funny-l2-and-tons-of-bandwidth/)"
+)
+_H200_SMS = (
+    "132 SMs, the GH100 die as in the H100 SXM (https://ai-hpc.github.io/ai-hardware-engineer-"
+    "roadmap/, '01 - H200 Hardware Architecture'; docs/references.md)"
+)
+_L4_SMS = (
+    "7,424 CUDA cores (TechPowerUp data via https://fpsbench.com/compare/gpu/nvidia-l4-vs-nvidia-"
+    "tesla-m40) / 128 FP32 lanes per Ada SM = 58 SMs"
 )
 _COMPUTE_CAPS = (
     "CUDA C++ Programming Guide, compute capabilities table, https://docs.nvidia.com/cuda/"
@@ -87,12 +101,16 @@ SPECS: dict[str, dict] = {
         "hbm_bytes_per_s": 2039e9,
         "l2_bytes": 40 * MIB,
         "smem_per_sm_bytes": 164 * KIB,
+        "sms": 108,
+        "arch": "sm_80",  # compute capability 8.0: what ptxas compiles for
         "sources": {
             "fp32_flops": _A100_DATASHEET,
             "tensor16_flops": _A100_DATASHEET,
             "hbm_bytes_per_s": _A100_DATASHEET + " (80GB SXM: 2,039 GB/s)",
             "l2_bytes": _A100_DEVICEQUERY,
             "smem_per_sm_bytes": _AMPERE_TUNING,
+            "sms": _AMPERE_WHITEPAPER,
+            "arch": _COMPUTE_CAPS,
         },
     },
     "H100-SXM5-80GB": {
@@ -101,26 +119,34 @@ SPECS: dict[str, dict] = {
         "hbm_bytes_per_s": 3350e9,
         "l2_bytes": 50 * MIB,
         "smem_per_sm_bytes": 228 * KIB,
+        "sms": 132,
+        "arch": "sm_90",  # compute capability 9.0
         "sources": {
             "fp32_flops": _H100_DATASHEET,
             "tensor16_flops": _H100_DATASHEET + "; dense is half the sparse figure",
             "hbm_bytes_per_s": _H100_DATASHEET,
             "l2_bytes": _H100_DATASHEET + "; '50 MB' taken as 50 MiB like the A100's 40 MiB",
             "smem_per_sm_bytes": _COMPUTE_CAPS,
+            "sms": _H100_DATASHEET + " (SMs: 132)",
+            "arch": _COMPUTE_CAPS,
         },
     },
     "H200-SXM-141GB": {
         "fp32_flops": 67e12,
         "tensor16_flops": 1979e12 / 2,
         "hbm_bytes_per_s": 4800e9,
-        "l2_bytes": 50 * MIB,
+        "l2_bytes": 60 * MIB,
         "smem_per_sm_bytes": 228 * KIB,
+        "sms": 132,
+        "arch": "sm_90",  # compute capability 9.0
         "sources": {
             "fp32_flops": _H200_DATASHEET,
             "tensor16_flops": _H200_DATASHEET + "; dense is half the sparse figure",
             "hbm_bytes_per_s": _H200_DATASHEET,
-            "l2_bytes": _H200_SAME_DIE,
+            "l2_bytes": _H200_L2,
             "smem_per_sm_bytes": _COMPUTE_CAPS,
+            "sms": _H200_SMS,
+            "arch": _COMPUTE_CAPS,
         },
     },
     "L4": {
@@ -129,12 +155,16 @@ SPECS: dict[str, dict] = {
         "hbm_bytes_per_s": 300e9,  # GDDR6, not HBM: the field name is the role, not the technology
         "l2_bytes": 48 * MIB,
         "smem_per_sm_bytes": 100 * KIB,
+        "sms": 58,
+        "arch": "sm_89",  # compute capability 8.9
         "sources": {
             "fp32_flops": _L4_DATASHEET,
             "tensor16_flops": _L4_DATASHEET + "; dense is half the sparse figure",
             "hbm_bytes_per_s": _L4_DATASHEET,
             "l2_bytes": _L4_L2 + "; taken as 48 MiB",
             "smem_per_sm_bytes": _COMPUTE_CAPS,
+            "sms": _L4_SMS,
+            "arch": _COMPUTE_CAPS,
         },
     },
     "RTX-4090": {
@@ -143,6 +173,8 @@ SPECS: dict[str, dict] = {
         "hbm_bytes_per_s": 1008e9,  # GDDR6X
         "l2_bytes": 72 * MIB,
         "smem_per_sm_bytes": 100 * KIB,
+        "sms": 128,
+        "arch": "sm_89",  # compute capability 8.9
         "sources": {
             "fp32_flops": _ADA_WHITEPAPER,
             "tensor16_flops": _ADA_WHITEPAPER + " (GeForce: FP32 accumulate runs at half the "
@@ -150,6 +182,8 @@ SPECS: dict[str, dict] = {
             "hbm_bytes_per_s": _ADA_WHITEPAPER,
             "l2_bytes": _4090_DEVICEQUERY,
             "smem_per_sm_bytes": _COMPUTE_CAPS,
+            "sms": _ADA_WHITEPAPER + " (128 SMs)",
+            "arch": _COMPUTE_CAPS,
         },
     },
 }
@@ -211,7 +245,7 @@ def peak_flops(device, dtype: str = "fp32") -> float:
     return float(spec(device)[DTYPE_PEAK[_dtype_name(dtype)]])
 
 
-def _check_count(name: str, value, *, positive: bool = False) -> float:
+def check_count(name: str, value, *, positive: bool = False) -> float:
     if isinstance(value, (bool, str)) or not hasattr(value, "__float__"):
         raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
     value = float(value)
@@ -223,8 +257,8 @@ def _check_count(name: str, value, *, positive: bool = False) -> float:
 
 def arithmetic_intensity(flops, bytes_moved) -> float:
     """I = FLOPs / bytes of HBM traffic (FLOP per byte)."""
-    flops = _check_count("flops", flops)
-    bytes_moved = _check_count("bytes_moved", bytes_moved, positive=True)
+    flops = check_count("flops", flops)
+    bytes_moved = check_count("bytes_moved", bytes_moved, positive=True)
     return flops / bytes_moved
 
 
@@ -236,7 +270,7 @@ def ridge_point(device, dtype: str = "fp32") -> float:
 
 def attainable_flops(intensity, device, dtype: str = "fp32") -> float:
     """The roof at intensity I: min(peak FLOP/s, I * bandwidth)."""
-    intensity = _check_count("intensity", intensity)
+    intensity = check_count("intensity", intensity)
     return min(peak_flops(device, dtype), intensity * spec(device)["hbm_bytes_per_s"])
 
 
@@ -256,8 +290,8 @@ class ModeledTime:
 
 def modeled_time(flops, bytes_moved, device, dtype: str = "fp32") -> ModeledTime:
     """Roofline time: max(FLOPs / peak FLOP/s, bytes / bandwidth), and which bound won."""
-    flops = _check_count("flops", flops)
-    bytes_moved = _check_count("bytes_moved", bytes_moved)
+    flops = check_count("flops", flops)
+    bytes_moved = check_count("bytes_moved", bytes_moved)
     s = spec(device)
     compute_s = flops / peak_flops(s, dtype)
     memory_s = bytes_moved / s["hbm_bytes_per_s"]
@@ -270,8 +304,8 @@ def modeled_time(flops, bytes_moved, device, dtype: str = "fp32") -> ModeledTime
 def utilization(flops, seconds, device, dtype: str = "fp32") -> float:
     """Achieved FLOP/s as a fraction of peak: flops / seconds / peak. With model FLOPs (useful
     work) this is MFU; with hardware FLOPs (recompute included) it is HFU."""
-    flops = _check_count("flops", flops)
-    seconds = _check_count("seconds", seconds, positive=True)
+    flops = check_count("flops", flops)
+    seconds = check_count("seconds", seconds, positive=True)
     return flops / seconds / peak_flops(device, dtype)
 
 

@@ -45,6 +45,7 @@ def checkpoint(fn, *inputs, preserve_rng_state: bool = True, determinism_check: 
         raise RuntimeError("checkpoint: a checkpoint inside a selective checkpoint's recompute "
                            "is not supported (the replayed values would be misattributed)")
     rng_state = tape.rng_state()
+    recompute_ops = tape.recompute_ops()  # the recompute runs its ops as the first pass did
     store = tape.ValueStore(policy) if policy is not None else None
     with tape.no_grad(), tape.storing(store):
         y = _output(fn(*inputs))
@@ -61,7 +62,7 @@ def checkpoint(fn, *inputs, preserve_rng_state: bool = True, determinism_check: 
         try:
             local = [_local(x) for x in inputs]
             with tape.enable_grad(), tape.phase("recompute"), \
-                    tape.storing(store):
+                    tape.storing(store), tape.recomputing(recompute_ops):
                 y2 = _output(fn(*local))
         finally:
             if preserve_rng_state:

@@ -13,8 +13,12 @@ peak, and the recompute FLOPs. Tests hold the engine's measured ledger to these 
                          fewest recomputed blocks for a uniform chain, multi-level
     optimal(bytes)       dynamic programming over the measured, heterogeneous chain: the least
                          recompute FLOPs whose predicted peak fits the budget
-    selective(policy)    each block checkpointed, but the outputs of the ops the policy names
-                         (matmuls) kept: recompute only the cheap pointwise ops and attention
+    keep(policy)         each block checkpointed, but the outputs of the ops the policy names
+                         kept: keep(matmul) recomputes everything else in the block (layernorm,
+                         GELU, dropout, the attention core); "selective(policy)" is an alias
+    recompute(attn)      Korthikanti et al.'s selective recompute: no block checkpointed, only
+                         the attention core (Q K^T, softmax, dropout; its input q, k, v kept)
+                         redone in the backward; every other activation kept
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class Schedule:
 
     name: str
     plan: list  # over blocks 0..L-1
+    recompute_ops: frozenset = frozenset()  # ops that recompute their insides (tape.recomputing)
 
     def full_plan(self, prof) -> list:
         """The plan over all stages of `prof`: the stages around the blocks run plainly."""
@@ -43,7 +48,7 @@ class Schedule:
         return list(range(shift)) + inner + list(range(shift + prof.n_blocks, len(prof.stages)))
 
     def predict(self, prof) -> Prediction:
-        return simulate(self.full_plan(prof), prof)
+        return simulate(self.full_plan(prof), prof, self.recompute_ops)
 
     def describe(self) -> str:
         """The step sequence, readable without a profile (see Prediction.describe)."""
@@ -89,9 +94,20 @@ def sqrt(L: int) -> Schedule:
 
 
 def selective(policy, L: int) -> Schedule:
-    """Each block its own selective segment: outputs of the policy's ops are kept."""
+    """Each block its own checkpointed segment that keeps the outputs of the policy's ops:
+    keep(matmul) recomputes everything else (layernorm, GELU, dropout, the attention core). Not
+    Korthikanti's selective recompute (that is recompute_attention). In a ReLU MLP it holds
+    more than none: the first matmul's output replaces ReLU's (same size) and the second
+    matmul's output, which no backward of a plain block keeps, comes on top."""
     name = policy if isinstance(policy, str) else "+".join(sorted(policy))
-    return Schedule(f"selective({name})", [Seg([i], policy) for i in range(_count(L))])
+    return Schedule(f"keep({name})", [Seg([i], policy) for i in range(_count(L))])
+
+
+def recompute_attention(L: int) -> Schedule:
+    """Korthikanti et al. 2022's selective recompute: every block runs plainly, except that its
+    attention core keeps only q, k, v and redoes S = Q K^T and P = softmax(S) (and the dropout
+    mask) in its backward; every other activation is kept."""
+    return Schedule("recompute(attn)", list(range(_count(L))), frozenset({"attention"}))
 
 
 def chen_greedy(budget_bytes, prof) -> Schedule:
@@ -148,13 +164,15 @@ _SPEC = re.compile(r"^\s*([a-z_]+)\s*(?:\(\s*([^)]*?)\s*\))?\s*$")
 
 
 def make(spec: str, L: int | None = None, prof=None) -> Schedule:
-    """A schedule from its name: none, sqrt, every(k), uniform(s), revolve(s), selective(policy),
-    chen_greedy(bytes), optimal(bytes). A budget may be given as a percentage ("optimal(50%)")
-    of the peak with no checkpointing, which needs the profile."""
+    """A schedule from its name: none, sqrt, every(k), uniform(s), revolve(s), keep(policy)
+    (alias selective(policy)), recompute(attn), chen_greedy(bytes), optimal(bytes). A budget
+    may be given as a percentage ("optimal(50%)") of the peak with no checkpointing, which
+    needs the profile."""
     m = _SPEC.match(spec) if isinstance(spec, str) else None
     if m is None:
         raise ValueError(f"schedule: cannot parse {spec!r}; expected e.g. 'sqrt', 'every(4)', "
-                         "'revolve(3)', 'optimal(2e6)', 'optimal(50%)', 'selective(matmul)'")
+                         "'revolve(3)', 'optimal(2e6)', 'optimal(50%)', 'keep(matmul)', "
+                         "'recompute(attn)'")
     name, arg = m.group(1), m.group(2)
     L = prof.n_blocks if L is None and prof is not None else L
     if L is None:
@@ -166,8 +184,10 @@ def make(spec: str, L: int | None = None, prof=None) -> Schedule:
         if name == "every":
             return every(k, L)
         return uniform(L, k) if name == "uniform" else revolve(k, L)
-    if name == "selective" and arg:
+    if name in ("selective", "keep") and arg:
         return selective(arg, L)
+    if name == "recompute" and arg in ("attn", "attention"):
+        return recompute_attention(L)
     if name in ("chen_greedy", "optimal") and arg:
         if prof is None:
             raise ValueError(f"schedule {spec!r} needs a profile (profile.profile) of the chain")
@@ -237,11 +257,18 @@ class Prediction:
         return " ".join(f"{words.get(a, a)}{i}" for a, i, _ in self.steps)
 
 
-def simulate(plan, prof) -> Prediction:
+def simulate(plan, prof, recompute_ops=frozenset()) -> Prediction:
     """Walk `plan` (over all stages of `prof`) exactly as checkpoint/autograd execute it,
     counting buffers by name: ("x", i) is stage i's input (= stage i-1's output), ("b", i, l)
-    a buffer made inside stage i. A buffer held by several holders counts once."""
+    a buffer made inside stage i. A buffer held by several holders counts once. With
+    `recompute_ops`, a stage saves and recomputes as profiled under tape.recomputing."""
     pred, held = Prediction(), {}
+    ops = frozenset(recompute_ops)
+    if ops and any(isinstance(i, Seg) and i.policy for i in plan):
+        raise ValueError("simulate: a keep(...) segment under recompute_ops is not profiled")
+    if ops and any(ops not in s.recomputed for s in prof.stages):
+        raise ValueError(f"simulate: the profile has no run with {sorted(ops)} recomputing; "
+                         f"profile with recompute=[{set(ops)}]")
     stages = prof.stages
     state = {"bytes": 0, "tapes": 0}
     snaps = {}  # block inputs held by checkpoints -> how many checkpoints hold each
@@ -284,7 +311,7 @@ def simulate(plan, prof) -> Prediction:
                     step("r" if recompute else "f", j)
                     pred.recompute_flops += stages[j].fwd_flops if recompute else 0
             else:
-                saved = stages[item].saved
+                saved = stages[item].saved_under(ops)
                 pending.append((item, acquire([(name(item, k), b) for k, b in saved.items()])))
                 state["tapes"] += 1
                 pred.peak_tapes = max(pred.peak_tapes, state["tapes"])
@@ -304,7 +331,7 @@ def simulate(plan, prof) -> Prediction:
             else:
                 release(names)
                 state["tapes"] -= 1
-                pred.recompute_flops += stages[item].bwd_recompute_flops
+                pred.recompute_flops += stages[item].bwd_recompute_under(ops)
                 step("B", item)
 
     level(plan, recompute=False)
@@ -313,4 +340,5 @@ def simulate(plan, prof) -> Prediction:
 
 
 __all__ = ["Schedule", "Prediction", "none", "uniform", "every", "sqrt", "selective",
+           "recompute_attention",
            "chen_greedy", "revolve", "optimal", "make", "simulate", "revolve_cost"]

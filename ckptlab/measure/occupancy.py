@@ -1,0 +1,213 @@
+"""How many blocks of a kernel run at once on a GPU: its launch shape, its resources (registers,
+shared memory, threads) and the resident blocks per SM they allow.
+
+    geometry(kernel, B, H, Nq, Nk, d)   (blocks, threads per block) of one launch, as the wrappers
+                                        in ckptlab.kernels launch it (tests/test_timemodel.py
+                                        checks every kernel against the emulator's record)
+    resources(kernel, arch)             registers and static shared memory per thread/block, from
+                                        NVIDIA's compiler (ptxas -v through NVRTC or nvcc,
+                                        ckptlab.kernels.nvrtc), cached on disk by source hash; with
+                                        no compiler, shared memory from the tile table and
+                                        registers unknown, and the record says so
+    resident_blocks(threads, resources, spec)
+                                        blocks per SM: the least of what the threads, the
+                                        registers and the shared memory allow (the CUDA occupancy
+                                        calculator's rules)
+
+The limits per compute capability come from the CUDA C++ Programming Guide's table (threads,
+blocks and registers per SM; OCCUPANCY_SOURCE); shared memory per SM and the SM count from
+roofline.SPECS, which cites its sources.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+
+from ckptlab.device import KERNELS_DIR
+from ckptlab.emu import build
+from ckptlab.kernels import nvrtc
+from ckptlab.kernels.common import ceil_div
+from ckptlab.kernels.table import (
+    LANES,
+    NAIVE_TILE,
+    SOFTMAX_ROWS,
+    WARP,
+    flash_bwd_shared_bytes,
+    flash_fwd_shared_bytes,
+    instantiations,
+)
+
+OCCUPANCY_SOURCE = (
+    "CUDA C++ Programming Guide, 'Technical Specifications per Compute Capability' "
+    "(https://docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/"
+    "compute-capabilities.html): "
+    "resident threads per SM 2048 (8.0, 9.0) and 1536 (8.9), resident blocks per SM 32 (8.0, 9.0) "
+    "and 24 (8.9), 64 K 32-bit registers per SM; 1 KB of shared memory reserved per block (8.x, "
+    "9.0); registers allocated per warp in units of 256, warps in groups of 4 (CUDA occupancy "
+    "calculator, cross-checked in https://docs.rs/optirs-gpu/latest/optirs_gpu/occupancy/"
+    "struct.SmResourceLimits.html)"
+)
+ARCH_LIMITS = {  # per compute capability: what one SM can hold at once
+    "sm_80": dict(threads=2048, blocks=32, registers=65536),
+    "sm_89": dict(threads=1536, blocks=24, registers=65536),
+    "sm_90": dict(threads=2048, blocks=32, registers=65536),
+}
+REG_UNIT = 256  # registers are allocated per warp in multiples of 256
+WARP_UNIT = 4  # and warps in groups of 4 (one per SM sub-partition)
+SMEM_RESERVED = 1024  # bytes of shared memory the system keeps per resident block
+NO_COMPILER = ("no CUDA compiler here: shared memory from the tile table, registers unknown, so "
+               "resident blocks come from shared memory and threads only (an upper bound)")
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one block of a kernel holds: registers per thread (None when unknown) and static
+    shared memory; `source` says where the numbers came from."""
+
+    registers: int | None
+    smem: int
+    source: str
+
+
+# ---------------------------------------------------------------- launch shapes
+
+
+def base_name(kernel: str) -> str:
+    """'attn_flash_fwd<64, 64, 32>' -> 'attn_flash_fwd'."""
+    return kernel.split("<")[0]
+
+
+def template_args(kernel: str) -> list[str]:
+    """'attn_flash_bwd_dkdv<64, 32, 32, false>' -> ['64', '32', '32', 'false']."""
+    m = re.search(r"<(.*)>$", kernel)
+    return [a.strip() for a in m[1].split(",")] if m else []
+
+
+def geometry(kernel: str, B: int, H: int, Nq: int, Nk: int, d: int) -> tuple[int, int]:
+    """(blocks, threads per block) of one launch of `kernel`, as the wrappers launch it."""
+    T, BH, name = NAIVE_TILE, B * H, base_name(kernel)
+    rows_kernels = {"attn_naive_softmax": Nq, "attn_naive_bwd_ds": Nq}
+    if name in rows_kernels:  # one warp per row, SOFTMAX_ROWS rows per block
+        return ceil_div(Nq, SOFTMAX_ROWS) * BH, WARP * SOFTMAX_ROWS
+    if name.endswith("_bwd_preprocess"):  # one warp per row of all B*H*Nq rows
+        return ceil_div(BH * Nq, SOFTMAX_ROWS), WARP * SOFTMAX_ROWS
+    naive = {  # output tiles of C (rows x cols) = T x T threads each
+        "attn_naive_scores": (Nq, Nk), "attn_naive_pv": (Nq, d),
+        "attn_naive_bwd_dv": (Nk, d), "attn_naive_bwd_dp": (Nq, Nk),
+        "attn_naive_bwd_dq": (Nq, d), "attn_naive_bwd_dk": (Nk, d),
+    }
+    if name in naive:
+        rows, cols = naive[name]
+        return ceil_div(rows, T) * ceil_div(cols, T) * BH, T * T
+    args = [int(a) for a in template_args(kernel)[:3] if a.isdigit()]
+    if len(args) == 3:  # <d, Br, Bc, ...>: a row group of LANES threads per tile row
+        _, Br, Bc = args
+        if name.endswith("_dkdv"):  # one block per K/V tile
+            return ceil_div(Nk, Bc) * BH, LANES * Bc
+        if name.endswith("_fwd") or name.endswith("_dq"):  # one block per Q tile
+            return ceil_div(Nq, Br) * BH, LANES * Br
+    raise ValueError(f"kernel: no launch shape known for {kernel!r}; expected a kernel that "
+                     "ckptlab.kernels launches (attn_naive_*, attn_flash_*, attn_stored_*)")
+
+
+# ---------------------------------------------------------------- resources
+
+
+def table_shared_bytes(kernel: str) -> int:
+    """Static shared memory of a kernel from the tile table (no compiler needed): the flash
+    formulas of ckptlab.kernels.table (the dK/dV kernel's for the backward: the larger one),
+    two padded NAIVE_TILE x (NAIVE_TILE + 1) float tiles for a naive matmul, none for the
+    row-wise kernels."""
+    name, args = base_name(kernel), [int(a) for a in template_args(kernel)[:3] if a.isdigit()]
+    if len(args) == 3:
+        fn = flash_fwd_shared_bytes if name.endswith("_fwd") else flash_bwd_shared_bytes
+        return fn(*args)
+    if name.endswith(("_softmax", "_ds", "_preprocess")):
+        return 0
+    return 2 * 4 * NAIVE_TILE * (NAIVE_TILE + 1)
+
+
+@functools.lru_cache(maxsize=None)
+def _file_of(name: str) -> str:
+    """The kernels/*.cu file that defines the __global__ function `name`."""
+    pattern = re.compile(rf"__global__\s+(?:void\s+)?(?:__launch_bounds__\s*\([^)]*\)\s*)?"
+                         rf"(?:void\s+)?{re.escape(name)}\s*\(")
+    for path in sorted(KERNELS_DIR.glob("*.cu")):
+        if pattern.search(path.read_text()):
+            return path.name
+    raise ValueError(f"kernel: no file in {KERNELS_DIR} defines {name!r}")
+
+
+def _cache_key(filename: str, arch: str, names: tuple) -> str:
+    h = hashlib.sha256()
+    for path in [KERNELS_DIR / filename, *sorted(KERNELS_DIR.glob("*.cuh"))]:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    h.update(f"{arch}|{'|'.join(names)}".encode())
+    return h.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(filename: str, arch: str, names: tuple) -> dict:
+    """kernel -> ptxas record for a file compiled for `arch` (with the template instantiations
+    `names`), from the disk cache when the sources have not changed."""
+    key = _cache_key(filename, arch, names)
+    path = build.cache_dir() / "ptxas" / f"{filename}-{arch}-{key}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    records = nvrtc.compile_file(KERNELS_DIR / filename, arch, instantiations=list(names))
+    out = {r["kernel"]: {k: r[k] for k in ("registers", "smem", "backend")}
+           for r in records if r["kind"] == "kernel"}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def resources(kernel: str, arch: str) -> Resources:
+    """Registers per thread and static shared memory of `kernel` compiled for `arch` (ptxas'
+    report, compiled once per file and arch with every instantiation the wrappers launch, kept
+    on disk); without a CUDA compiler the table's shared memory and no registers (NO_COMPILER)."""
+    if arch not in ARCH_LIMITS:
+        raise ValueError(f"arch: expected one of {sorted(ARCH_LIMITS)}, got {arch!r}")
+    filename = _file_of(base_name(kernel))
+    names = tuple(instantiations(filename))
+    if "<" in kernel and kernel not in names:  # custom tiles: compile just this one
+        names = (kernel,)
+    try:
+        report = _compiled(filename, arch, names)
+    except nvrtc.CompilerNotFound:
+        return Resources(None, table_shared_bytes(kernel), NO_COMPILER)
+    if kernel not in report:
+        raise ValueError(f"kernel: the compiler's report of {filename} has no {kernel!r}; "
+                         f"it has {sorted(report)}")
+    r = report[kernel]
+    return Resources(r["registers"], r["smem"], f"ptxas ({r['backend']}, {arch})")
+
+
+# ---------------------------------------------------------------- occupancy
+
+
+def resident_blocks(threads: int, res: Resources, spec: dict) -> tuple[int, str]:
+    """(blocks of this kernel one SM holds at once, the resource that limits it) on the GPU of
+    `spec` (a roofline.spec dict): the least of the limits on blocks, threads (whole warps),
+    registers (REG_UNIT per warp, WARP_UNIT warps at a time; skipped when unknown) and shared
+    memory (static + SMEM_RESERVED per block)."""
+    lim = ARCH_LIMITS[spec["arch"]]
+    if not 1 <= threads <= 1024:
+        raise ValueError(f"threads: expected 1..1024 per block, got {threads}")
+    warps = ceil_div(threads, WARP)
+    limits = {"blocks": lim["blocks"], "threads": lim["threads"] // (warps * WARP)}
+    if res.registers is not None:
+        per_warp = ceil_div(res.registers * WARP, REG_UNIT) * REG_UNIT
+        warps_by_regs = lim["registers"] // per_warp // WARP_UNIT * WARP_UNIT
+        limits["registers"] = warps_by_regs // warps
+    limits["shared memory"] = spec["smem_per_sm_bytes"] // (res.smem + SMEM_RESERVED)
+    limiter = min(limits, key=limits.get)
+    if limits[limiter] < 1:
+        raise ValueError(f"a block of {threads} threads with {res} does not fit on one SM of "
+                         f"{spec.get('name', 'this GPU')} ({limiter})")
+    return limits[limiter], limiter

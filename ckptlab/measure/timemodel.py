@@ -1,0 +1,190 @@
+"""Modeled time of attention on a named GPU: a launch cost, then waves of blocks at the roofline.
+
+Per launch of a kernel with F FLOPs and M bytes of HBM traffic in `blocks` blocks:
+
+    slots  = SMs x resident blocks per SM    (blocks that run at once: measure.occupancy)
+    waves  = ceil(blocks / slots)
+    t      = LAUNCH_S + waves x max(slots F / blocks / peak, slots M / blocks / bandwidth)
+
+The work is spread evenly over the blocks and each block gets 1/slots of the GPU's peak and
+bandwidth, so a wave lasts as long as a full one even when fewer blocks are left: a one-block
+launch runs at 1/slots of the GPU, never at the whole GPU's rate. When the blocks fill whole
+waves, t = LAUNCH_S + max(F / peak, M / bandwidth), the plain roofline plus the launch cost.
+
+Bytes come in two bounds (docs/design.md, "Measurement"): **unique** bytes (distinct bytes a
+launch touches: what an infinite cache would move) give the lower bound of the time, **counted**
+bytes (every request, no cache) the upper. Real DRAM traffic lies between the two. FLOPs are the
+hardware matmul FLOPs of ckptlab.measure.traffic (recompute included); exp, max and sums are not
+counted, nor are the special-function units that run exp (on tensor-core parts exp can be what
+bounds attention). Also left out: L2 bandwidth and latency, clocks below boost, launches
+overlapping each other. Every number here is modeled, and labelled so.
+
+dtype "fp32" is what the kernels run (CUDA cores, 4-byte elements). "bf16" (or "fp16") is a
+what-if until a tensor-core variant exists: the tensor-core peak and 2-byte elements (L, D and
+atomics stay fp32, as in FlashAttention 2), with the fp32 kernels' launch shapes and resources.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ckptlab.kernels.common import ceil_div
+from ckptlab.measure import occupancy, roofline, traffic
+
+LAUNCH_S = 3e-6
+LAUNCH_SOURCE = (
+    "about 3 us per launch: 'the launch overhead of null kernels ... appears to have been "
+    "reduced to about 3 microseconds with recent hardware and software' (NVIDIA developer "
+    "forums, https://forums.developer.nvidia.com/t/too-much-time-for-kernel-launch-latency/"
+    "233645/3)"
+)
+DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}  # element bytes (16-bit: tensor-core peak)
+FP32_ARGS = ("L", "D")  # kept in fp32 whatever the element type (logsumexp, rowsum(dO * O))
+BOUNDS = ("unique", "counted")  # lower, upper
+
+
+@dataclass(frozen=True)
+class LaunchTime:
+    """One launch, modeled: seconds = launch_s + waves x max(compute_s, memory_s), where
+    compute_s and memory_s are one wave's (slots blocks at 1/slots of the GPU each)."""
+
+    kernel: str
+    blocks: int
+    threads: int
+    resident: int  # blocks per SM
+    limiter: str  # what limits resident: blocks, threads, registers or shared memory
+    slots: int  # SMs x resident
+    waves: int
+    flops: float
+    bytes: float
+    compute_s: float
+    memory_s: float
+    launch_s: float
+    device: str
+    dtype: str
+    resources: str  # where registers and shared memory came from
+    source: str = "modeled"
+
+    @property
+    def wave_s(self) -> float:
+        return max(self.compute_s, self.memory_s)
+
+    @property
+    def seconds(self) -> float:
+        return self.launch_s + self.waves * self.wave_s
+
+    @property
+    def bound(self) -> str:
+        """What the time mostly is: 'launch' (the fixed cost), else 'compute' or 'memory'."""
+        if self.launch_s >= self.waves * self.wave_s:
+            return "launch"
+        return "compute" if self.compute_s > self.memory_s else "memory"
+
+
+def launch_time(kernel: str, blocks: int, threads: int, flops, nbytes, device,
+                dtype: str = "fp32", res: occupancy.Resources | None = None) -> LaunchTime:
+    """Modeled time of one launch of `kernel` (`blocks` blocks of `threads` threads doing `flops`
+    FLOPs and moving `nbytes` bytes in all) on `device`. `res` defaults to the compiler's report
+    for the device's arch (occupancy.resources)."""
+    s = roofline.spec(device)
+    if not isinstance(blocks, int) or blocks < 1:
+        raise ValueError(f"blocks: expected a positive int, got {blocks!r}")
+    flops = roofline.check_count("flops", flops)
+    nbytes = roofline.check_count("nbytes", nbytes)
+    res = occupancy.resources(kernel, s["arch"]) if res is None else res
+    resident, limiter = occupancy.resident_blocks(threads, res, s)
+    slots = s["sms"] * resident
+    share = slots / blocks  # each block's work, times the blocks of one full wave
+    return LaunchTime(
+        kernel, blocks, threads, resident, limiter, slots, ceil_div(blocks, slots), flops,
+        nbytes, share * flops / roofline.peak_flops(s, dtype),
+        share * nbytes / s["hbm_bytes_per_s"], LAUNCH_S, s["name"], dtype, res.source)
+
+
+# ---------------------------------------------------------------- bytes per launch
+
+
+def _scaled(per_arg: dict, element_bytes: int) -> float:
+    return sum(b if name in FP32_ARGS else b * element_bytes / 4 for name, b in per_arg.items())
+
+
+def launch_bytes(kt: traffic.KernelTraffic, dtype: str = "fp32") -> dict:
+    """{'unique': ..., 'counted': ...} bytes of one launch's model, at the element size of
+    `dtype` (FP32_ARGS and atomics stay 4 bytes)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype: expected one of {sorted(DTYPES)}, got {dtype!r}")
+    e = DTYPES[dtype]
+    counted = {n: kt.read[n] + kt.write[n] for n in kt.read}
+    unique = {n: kt.unique_read[n] + kt.unique_write[n] for n in kt.unique_read}
+    return {"counted": _scaled(counted, e) + kt.atomic_bytes,
+            "unique": _scaled(unique, e) + kt.unique_atomic_bytes}
+
+
+# ---------------------------------------------------------------- a method's forward + backward
+
+
+@dataclass(frozen=True)
+class MethodTime:
+    """Forward + backward of one attention method, modeled: the launches at each byte bound."""
+
+    method: str
+    device: str
+    dtype: str
+    launches: dict  # bound ("unique" | "counted") -> [LaunchTime, ...]
+
+    def seconds(self, bound: str) -> float:
+        return sum(x.seconds for x in self.launches[bound])
+
+    @property
+    def lower(self) -> float:
+        return self.seconds("unique")
+
+    @property
+    def upper(self) -> float:
+        return self.seconds("counted")
+
+    @property
+    def launch_s(self) -> float:
+        return sum(x.launch_s for x in self.launches["counted"])
+
+    @property
+    def resources(self) -> str:
+        return "; ".join(sorted({x.resources for x in self.launches["counted"]}))
+
+
+def method_time(method: str, B, H, Nq, Nk, d, device, *, causal=False, deterministic=False,
+                dtype: str = "fp32") -> MethodTime:
+    """Every launch of `method`'s forward + backward (traffic.launches) timed at both bounds."""
+    name = roofline.spec(device)["name"]
+    out: dict = {b: [] for b in BOUNDS}
+    for kt in traffic.launches(method, B, H, Nq, Nk, d, causal, deterministic):
+        blocks, threads = occupancy.geometry(kt.kernel, B, H, Nq, Nk, d)
+        nbytes = launch_bytes(kt, dtype)
+        for bound in BOUNDS:
+            out[bound].append(launch_time(kt.kernel, blocks, threads, kt.flops, nbytes[bound],
+                                          name, dtype))
+    return MethodTime(method, name, dtype, out)
+
+
+# ---------------------------------------------------------------- the decomposition
+
+CHAIN = ("naive", "stored", "flash")
+WHAT_DIFFERS = {
+    "fusion": "naive -> stored: fusion and tiles (unfused launches on 16 x 16 tiles with S, P, "
+              "dP and dS through HBM, against the fused flash-tiled launches); P is stored in "
+              "both",
+    "recompute": "stored -> flash: only where P comes from (read back from HBM, or recomputed "
+                 "from Q, K and L); same tiles, launches and loops",
+    "product": "naive -> flash: both at once (what FlashAttention's headline numbers compare)",
+}
+
+
+def decomposition(values: dict) -> dict:
+    """From one quantity per method (time, bytes...; lower is better): fusion gain =
+    naive / stored, recompute gain = stored / flash, product = naive / flash (= fusion x
+    recompute)."""
+    missing = [m for m in CHAIN if m not in values]
+    if missing:
+        raise ValueError(f"values: expected one number per method {CHAIN}, missing {missing}")
+    n, s, f = (float(values[m]) for m in CHAIN)
+    return {"fusion": n / s, "recompute": s / f, "product": n / f}
