@@ -24,7 +24,15 @@ import sys
 from tqdm import tqdm
 
 from ckptlab import device, emu, kernels, measure
-from ckptlab.cli.report import check_fits, fmt_bytes, fmt_seconds, int_list, write_csv
+from ckptlab.cli.report import (
+    check_fits,
+    fmt_bytes,
+    fmt_seconds,
+    int_list,
+    positive_int,
+    writable_file,
+    write_csv,
+)
 from ckptlab.measure import roofline, traffic
 
 IMPLS = traffic.METHODS  # naive, flash, flash-det (the deterministic dQ backward)
@@ -187,12 +195,13 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int_list, default=[64, 128, 256], help="sequence lengths, 64,128")
     p.add_argument("--d", type=int, default=64, choices=kernels.HEAD_DIMS, help="head dim")
-    p.add_argument("--batch", type=int, default=1, help="B (default 1)")
-    p.add_argument("--heads", type=int, default=1, help="H (default 1)")
+    p.add_argument("--batch", type=positive_int, default=1, help="B (default 1)")
+    p.add_argument("--heads", type=positive_int, default=1, help="H (default 1)")
     p.add_argument("--causal", action="store_true")
     p.add_argument("--impl", type=impl_list, default=["naive", "flash"],
                    help=f"comma-separated, from {IMPLS}")
-    p.add_argument("--repeats", type=int, default=20, help="timed repeats on a GPU (>= 1)")
+    p.add_argument("--repeats", type=positive_int, default=20,
+                   help="timed repeats on a GPU (>= 1)")
     p.add_argument("--spec", default=None, help="GPU for modeled times (default: this GPU, or "
                    f"{DEFAULT_SPEC} on the emulator); one of {sorted(roofline.SPECS)}")
     p.add_argument("--ncu", action="store_true", help="also measure DRAM bytes with Nsight "
@@ -201,8 +210,9 @@ def main(argv=None) -> int:
                    "table goes to stderr)")
     p.add_argument("--png", metavar="FILE", help="draw HBM bytes vs N by source to FILE")
     a = p.parse_args(argv)
-    if a.batch < 1 or a.heads < 1 or a.repeats < 1:
-        p.error("--batch, --heads and --repeats must be >= 1")
+    for path in (a.csv, a.png):  # before any work
+        if path is not None:
+            writable_file(path)
     if a.spec is not None:
         try:
             roofline.spec(a.spec)
