@@ -74,10 +74,26 @@ def naive_bytes_by_hand(N: int, d: int, T: int = 16) -> int:
     return 4 * floats
 
 
+def flash_bytes_by_hand(N: int, d: int, fwd=(64, 32), bwd=(32, 32)) -> int:
+    """Global bytes of the flash forward and its atomic-dQ backward for B = H = 1, Nq = Nk = N,
+    non-causal, N a multiple of the tiles, from the kernels' header comments (not from
+    ckptlab.measure.traffic): the forward reads Q once and K, V once per query tile, writes O
+    and L; the backward's preprocess reads O, dO, writes D and zeroes dQ; dkdv reads K, V once,
+    Q, dO (Br x d) and L, D (Br) for every (Q tile, K/V tile) pair, writes dK, dV, and adds
+    Br x d atomics (4 bytes each) into dQ per pair."""
+    nd, Tr_f = N * d, -(-N // fwd[0])
+    forward = nd + Tr_f * 2 * nd + nd + N  # Q, K and V per query tile, O, L
+    Br, Bc = bwd
+    pairs = -(-N // Br) * -(-N // Bc)
+    preprocess = 2 * nd + N + nd  # O, dO, D, dQ = 0
+    dkdv = 2 * nd + pairs * (2 * Br * d + 2 * Br) + 2 * nd + pairs * Br * d
+    return 4 * (forward + preprocess + dkdv)
+
+
 def test_bench_attention_csv_matches_hand_computation(capsys):
-    """`bench attention --csv -`: stdout is the CSV alone; for naive at N = 64, d = 64 the
-    counted bytes, FLOPs, saved bytes and the modeled A100 time equal the hand computation, and
-    the flash row's bytes equal the counted ones (the model is proven in test_attention_traffic)."""
+    """`bench attention --csv -`: stdout is the CSV alone; for naive and flash at N = 64,
+    d = 64 the counted bytes, FLOPs, saved bytes, the modeled A100 times and their ratio equal
+    the hand computations."""
     rc, out, err = run_cli(capsys, "--device", "emu", "bench", "attention", "--n", "64,48",
                            "--d", "64", "--impl", "naive,flash", "--csv", "-")
     assert rc == 0, err
@@ -97,10 +113,16 @@ def test_bench_attention_csv_matches_hand_computation(capsys):
     assert naive["modeled_bound"] == "memory"  # intensity 3.10 < A100 fp32 ridge 19.5/2.039
     assert naive["time_source"] == "modeled (A100-SXM4-80GB, fp32 roofline)"
     flash = rows[1]
+    assert (kernels.FWD_TILES[d], kernels.BWD_TILES[d]) == ((64, 32), (32, 32))  # the tiles below
+    fflops = flops + 2 * N * N * d  # the backward recomputes S = Q K^T
+    fbytes = flash_bytes_by_hand(N, d)
+    assert int(flash["model_flops"]) == flops and int(flash["hardware_flops"]) == fflops
+    assert int(flash["hbm_bytes"]) == fbytes == 280064 and flash["hbm_source"] == "counted"
     assert int(flash["saved_bytes"]) == 4 * (N * d + N)  # O and L
     assert float(flash["memory_ratio"]) == pytest.approx(N * N / (N * d + N))
-    assert float(flash["speedup"]) == pytest.approx(float(naive["time_s"])
-                                                    / float(flash["time_s"]))
+    tf = max(fflops / A100["fp32_flops"], fbytes / A100["hbm_bytes_per_s"])
+    assert float(flash["time_s"]) == pytest.approx(tf, rel=1e-12)
+    assert float(flash["speedup"]) == pytest.approx(t / tf, rel=1e-12)
     for r in rows:
         assert r["hbm_bytes"] == r["modeled_bytes"], r
 
@@ -145,10 +167,8 @@ def test_fig2_counts_one_head_and_scales(tmp_path, capsys, monkeypatch):
     assert rc == 0
     assert "counted on 1 head at N=64, x B*H=1024" in out and "ms, modeled A100 fp32" in out
     rows = read_csv(tmp_path / "fig2.csv")
-    one = {impl: fig2.count_one_head(impl, 64)["bytes"] for impl in ("naive", "flash")}
-    assert float(rows[0]["hbm_gb"]) * 1e9 == pytest.approx(1024 * one["naive"])
-    assert one["naive"] == naive_bytes_by_hand(64, 64)
-    assert float(rows[1]["hbm_gb"]) * 1e9 == pytest.approx(1024 * one["flash"])
+    assert float(rows[0]["hbm_gb"]) * 1e9 == pytest.approx(1024 * naive_bytes_by_hand(64, 64))
+    assert float(rows[1]["hbm_gb"]) * 1e9 == pytest.approx(1024 * flash_bytes_by_hand(64, 64))
     assert float(rows[1]["nn_gb"]) == 0 and float(rows[0]["nn_gb"]) > 0
     assert float(rows[0]["paper_ms"]) == 41.7 and float(rows[1]["paper_hbm_gb"]) == 4.4
 
@@ -196,6 +216,7 @@ def test_roofline_placement_by_hand():
     assert roofline.ridge_point("a100") == pytest.approx(ridge)
     assert naive["flops"] / naive["bytes"] == pytest.approx(3145728 / 1015808)
     assert naive["flops"] / naive["bytes"] < ridge
+    assert flash["flops"] == 14 * 64**3 and flash["bytes"] == flash_bytes_by_hand(64, 64)
     assert flash["flops"] / flash["bytes"] > ridge
     title = tour.roofline_title(list(points.values()), "A100-SXM4-80GB", 64)
     assert title.endswith("9.56 FLOP/byte): naive")
