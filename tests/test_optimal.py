@@ -149,7 +149,7 @@ def test_optimal_matches_brute_force_random(trial):
 
 @pytest.mark.slow
 def test_optimal_matches_brute_force_at_L7():
-    """231,168 plans per chain, ~20 s on an idle core. (L = 8, 2,190,848 plans, takes ~4 min:
+    """231,168 plans per chain: 20 s to 2 min. (L = 8, 2,190,848 plans, takes 10+ minutes:
     run assert_dp_matches_brute_force on uniform_chain(8, "both") and random_chain(8, 108) by
     hand when the DP changes.)"""
     assert_dp_matches_brute_force(uniform_chain(7, "both"))
