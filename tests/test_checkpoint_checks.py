@@ -13,7 +13,7 @@ from ckptlab.recompute.checkpoint import DeterminismError, checkpoint
 R = np.random.default_rng(8)
 W_DATA = R.standard_normal((5, 5)) / np.sqrt(5)
 X0 = R.standard_normal((4, 5))
-W = None  # the weight Tensor, made for each test once its target is pinned (see `weight`)
+W = None  # the weight (a Tensor): made by the fixture, once the test has pinned its target
 
 
 @pytest.fixture(autouse=True)
