@@ -40,7 +40,7 @@ def test_hand_written_step_equals_the_engine(case):
         assert err <= 1e-12 * max(np.linalg.norm(hand[k]), floor), k
 
 
-SPECS = ["none", "sqrt", "optimal(60%)", "keep(matmul)"]
+SPECS = ["none", "sqrt", "optimal(60%)", "selective(matmul)"]
 
 
 def gpt_rows(with_torch):
