@@ -1,6 +1,8 @@
 """The checkpoint benchmark: its by-hand baseline does the engine's work (equal gradients), and
 its rows carry predictions that the measured ledger meets. Nothing here asserts a time."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -38,25 +40,41 @@ def test_hand_written_step_equals_the_engine(case):
         assert err <= 1e-12 * max(np.linalg.norm(hand[k]), floor), k
 
 
+SPECS = ["none", "sqrt", "optimal(60%)", "keep(matmul)"]
+
+
+def gpt_rows(with_torch):
+    return bench_checkpoint.run("gpt", layers=3, schedule_specs=SPECS, width=16, batch=2, seq=8,
+                                heads=2, repeats=1, with_torch=with_torch)
+
+
 def test_rows_meet_their_predictions_and_print():
-    rows = bench_checkpoint.run("gpt", layers=3, schedule_specs=["none", "sqrt", "optimal(60%)",
-                                                                 "keep(matmul)"],
-                                width=16, batch=2, seq=8, heads=2, repeats=1)
+    rows = gpt_rows(with_torch=False)
     assert rows[0]["schedule"].startswith("by hand")
     for r in rows[1:]:
         assert r["measured_peak_bytes"] == r["predicted_peak_bytes"]
         assert r["hardware_flops"] >= r["model_flops"] > 0
         assert r["allocator_peak_bytes"] > 0
+        assert r["torch_note"] == "not asked" and "torch_step_s" not in r
     none, sqrt = rows[1], rows[2]
     assert sqrt["measured_peak_bytes"] < none["measured_peak_bytes"]
     assert "predicted" in bench_checkpoint.table(rows)
-    try:
-        import torch  # noqa: F401
-    except ImportError:  # the twin says why it did not run; the rest of the row stands
-        assert all(r["torch_note"] == "PyTorch is not installed" for r in rows[1:])
-        return
+
+
+def test_the_pytorch_twin_counts_its_saved_tensors(torch):
+    rows = gpt_rows(with_torch=True)
     assert "torch_saved_peak_bytes" in rows[1] and "torch_note" in rows[-1]
+    none, sqrt = rows[1], rows[2]
     assert sqrt["torch_saved_peak_bytes"] < none["torch_saved_peak_bytes"]
+    assert all(r["torch_step_s"] > 0 for r in rows[1:-1])
+
+
+def test_without_pytorch_the_rows_say_so(monkeypatch):
+    """As in the README's venv: `import torch` fails, the twin's columns are a note."""
+    monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
+    rows = bench_checkpoint.run("mlp", layers=2, schedule_specs=["none"], width=8, batch=4,
+                                repeats=1, with_torch=True)
+    assert rows[1]["torch_note"] == "PyTorch is not installed"
 
 
 def test_main_runs_and_refuses_bad_arguments(capsys):

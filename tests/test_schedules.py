@@ -112,11 +112,46 @@ def test_steps_are_inspectable_before_running():
     values, spans = pred.timeline()
     assert max(values) == pred.peak_bytes and [s[2] for s in spans] == \
         ["forward", "recompute", "backward", "recompute", "backward"]
-    assert plots.plot_memory_trace({"sqrt": values}, spans) is not None
+    fig = plots.plot_memory_trace({"sqrt": values}, spans)
+    ax = fig.axes[0]
+    (line,) = ax.get_lines()
+    assert list(line.get_ydata()) == values and "(B)" in ax.get_ylabel()  # 90 bytes: unit B
+    assert ax.get_legend().get_texts()[0].get_text() == "sqrt"
+    assert len(ax.patches) == len(spans)  # one shaded span per phase
     model, x, y = mlp_case(layers=4)
     mprof = model.profile(x, y)
     led = measure(model, x, y, schedules.sqrt(4))
-    assert schedules.sqrt(4).predict(mprof).plot(measured=led) is not None
+    mpred = schedules.sqrt(4).predict(mprof)
+    ax = mpred.plot(measured=led).axes[0]
+    predicted, measured = ax.get_lines()
+    scale = mpred.peak_bytes / max(predicted.get_ydata())  # the unit the axis is drawn in
+    assert [t.get_text() for t in ax.get_legend().get_texts()][:2] == \
+        ["predicted", "measured (per op)"]
+    assert np.allclose(predicted.get_ydata() * scale, mpred.timeline()[0])
+    assert np.allclose(measured.get_ydata() * scale, led.timeline()[0])
+    assert max(measured.get_ydata()) * scale == pytest.approx(led.peak)
+
+
+def test_builders_give_the_plans_and_peaks_worked_by_hand():
+    """The plan each builder makes, written out by hand, and its peak on a uniform chain
+    (x = 10 bytes in, 30 inside, each block saving its input) summed by hand: not a
+    prediction compared with a run of the same plan."""
+    prof = synthetic([10] * 5, [30] * 4, [True] * 4, [False] * 4, [1] * 4)
+    cases = {  # spec: (plan, peak)
+        "none": ([0, 1, 2, 3], 4 * (10 + 30)),  # every block's input and inside
+        "every(1)": ([Seg([0]), Seg([1]), Seg([2]), Seg([3])], 4 * 10 + 30),  # x0..x3, one block
+        "every(3)": ([Seg([0, 1, 2]), Seg([3])], 10 + 3 * 30 + 2 * 10),  # 0..2 again (x3 gone)
+        "uniform(2)": ([Seg([0, 1]), Seg([2, 3])], 10 + 10 + 30 + 40),  # x0, x2; 2 (x2) and 3
+        "revolve(1)": ([Seg([Seg([Seg([0]), 1]), 2]), 3], 10 + 40),  # x0 and one block
+        "revolve(2)": ([Seg([0]), Seg([Seg([1]), 2]), 3], 2 * 10 + 40),  # x0, x1, one block
+    }
+    for spec, (plan, peak) in cases.items():
+        sched = schedules.make(spec, 4)
+        assert sched.plan == plan, spec
+        assert sched.predict(prof).peak_bytes == peak, spec
+    assert schedules.make("uniform(3)", 7).plan == [Seg([0, 1]), Seg([2, 3, 4]), Seg([5, 6])]
+    assert schedules.make("sqrt", 16).plan == [Seg(range(a, a + 4)) for a in (0, 4, 8, 12)]
+    assert schedules.make("keep(matmul)", 2).plan == [Seg([0], "matmul"), Seg([1], "matmul")]
 
 
 def test_make_parses_and_refuses():

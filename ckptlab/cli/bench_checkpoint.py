@@ -27,7 +27,7 @@ import numpy as np
 
 from ckptlab import device, engine, measure, models
 from ckptlab.cli.hand_step import hand_step
-from ckptlab.cli.report import write_csv
+from ckptlab.cli.report import check_bytes, positive_int, writable_file, write_csv
 from ckptlab.engine import Tensor
 from ckptlab.measure import plots
 from ckptlab.recompute import ledger, schedules
@@ -50,6 +50,21 @@ def build(model: str, *, layers: int, width: int, batch: int, seq: int = 64, hea
                        dropout=dropout, seed=seed, dtype=dtype)
         return m, r.integers(0, 256, (batch, seq)), r.integers(0, 256, (batch, seq))
     raise ValueError(f"model: expected 'mlp' or 'gpt', got {model!r}")
+
+
+def bytes_at_least(model: str, *, layers: int, width: int, batch: int, seq: int = 64,
+                   dtype=np.float32) -> int:
+    """A lower bound on what one step of build(...) holds, without building it: the weights
+    and their gradients (2 x the parameters) and, with no checkpointing, each block's input
+    and hidden activation (MLP: B (D + 4D); GPT: B N (C + 4C)). To refuse sizes up front."""
+    D, L = width, layers
+    if model == "mlp":
+        params = L * (2 * D * 4 * D + 4 * D + D) + 16 * D + 16
+        acts = L * batch * 5 * D
+    else:  # vocab 256, ctx seq: 12 C^2 + 13 C per block, embeddings, final layernorm, head
+        params = L * (12 * D * D + 13 * D) + (256 + seq) * D + 2 * D + 256 * D
+        acts = L * batch * seq * 5 * D
+    return np.dtype(dtype).itemsize * (2 * params + acts)
 
 
 def _engine_step(m, x, y, sched):
@@ -294,26 +309,37 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ckptlab bench checkpoint", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", choices=["mlp", "gpt"], default="mlp")
-    p.add_argument("--layers", type=int, default=None, help="blocks L (mlp: 64, gpt: 8)")
+    p.add_argument("--layers", type=positive_int, default=None,
+                   help="blocks L (mlp: 64, gpt: 8)")
     p.add_argument("--schedule", default=",".join(DEFAULT_SCHEDULES),
                    help="comma-separated specs, e.g. none,sqrt,every(4),revolve(3),"
                         "optimal(40%%),chen_greedy(25%%),keep(matmul),recompute(attn)")
-    p.add_argument("--width", type=int, default=64, help="D (default 64)")
-    p.add_argument("--batch", type=int, default=None, help="B (mlp: 512, gpt: 16)")
-    p.add_argument("--seq", type=int, default=64, help="gpt: tokens per sequence")
-    p.add_argument("--heads", type=int, default=4, help="gpt: attention heads")
-    p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--repeats", type=int, default=7, help="interleaved timed runs (default 7)")
+    p.add_argument("--width", type=positive_int, default=64, help="D (default 64)")
+    p.add_argument("--batch", type=positive_int, default=None, help="B (mlp: 512, gpt: 16)")
+    p.add_argument("--seq", type=positive_int, default=64, help="gpt: tokens per sequence")
+    p.add_argument("--heads", type=positive_int, default=4, help="gpt: attention heads")
+    p.add_argument("--dropout", type=float, default=0.0, help="in [0, 1)")
+    p.add_argument("--repeats", type=positive_int, default=7,
+                   help="interleaved timed runs (default 7)")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch twin")
     p.add_argument("--csv", metavar="FILE", help="also write the rows as CSV ('-': stdout)")
     p.add_argument("--png", metavar="DIR", help="also draw peak memory against step time and "
                    "against recompute FLOPs into DIR")
     a = p.parse_args(argv)
     layers = a.layers if a.layers is not None else (64 if a.model == "mlp" else 8)
-    batch = a.batch or (512 if a.model == "mlp" else 16)
-    if layers < 1 or a.repeats < 1 or a.width < 1 or batch < 1:
-        p.error("--layers, --repeats, --width and --batch must be >= 1")
-    specs = [s.strip() for s in a.schedule.split(",") if s.strip()]
+    batch = a.batch if a.batch is not None else (512 if a.model == "mlp" else 16)
+    specs = [s.strip() for s in a.schedule.split(",")]
+    if not all(specs):
+        p.error(f"--schedule {a.schedule!r}: expected comma-separated schedules, e.g. none,sqrt")
+    if not 0.0 <= a.dropout < 1.0:
+        p.error(f"--dropout must be in [0, 1), got {a.dropout}")
+    if a.model == "gpt" and a.width % a.heads:
+        p.error(f"--width {a.width} must be divisible by --heads {a.heads}")
+    if a.csv:
+        writable_file(a.csv)
+    check_bytes(bytes_at_least(a.model, layers=layers, width=a.width, batch=batch, seq=a.seq),
+                f"one step of the {a.model} at L={layers} width={a.width} batch={batch}",
+                hint="choose a smaller --batch, --width or --layers")
     try:
         rows = run(a.model, layers, specs, width=a.width, batch=batch, seq=a.seq,
                    heads=a.heads, dropout=a.dropout, repeats=a.repeats,

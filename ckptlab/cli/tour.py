@@ -25,7 +25,14 @@ from pathlib import Path
 
 from ckptlab import device, engine
 from ckptlab.cli import bench_attention, bench_checkpoint, check
-from ckptlab.cli.report import TooBig, check_fits, int_list, write_csv
+from ckptlab.cli.report import (
+    TooBig,
+    check_fits,
+    int_list,
+    positive_int,
+    writable_folder,
+    write_csv,
+)
 from ckptlab.engine import Tensor
 from ckptlab.measure import plots, roofline, timemodel
 from ckptlab.recompute import ledger, schedules
@@ -210,21 +217,21 @@ def main(argv=None) -> int:
                    "./ckptlab-results)")
     p.add_argument("--quick", action="store_true", help="tiny sizes (seconds): for tests")
     p.add_argument("--n", type=int_list, help="sweep of N, e.g. 64,128,256")
-    p.add_argument("--batch", type=int, help="B of the sweep")
-    p.add_argument("--heads", type=int, help="H of the sweep")
-    p.add_argument("--repeats", type=int, default=20, help="timed repeats on a GPU")
+    p.add_argument("--batch", type=positive_int, help="B of the sweep")
+    p.add_argument("--heads", type=positive_int, help="H of the sweep")
+    p.add_argument("--repeats", type=positive_int, default=20, help="timed repeats on a GPU")
     a = p.parse_args(argv)
     target = device.target()
     size = dict(SIZES["quick" if a.quick else target])
     for key, value in (("ns", a.n), ("B", a.batch), ("H", a.heads)):
         if value is not None:
             size[key] = value
-    if size["B"] < 1 or size["H"] < 1 or a.repeats < 1:
-        p.error("--batch, --heads and --repeats must be >= 1")
     if len(size["ns"]) < 2:
         p.error("--n needs at least two sizes (slopes are fitted)")
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+    ns, dropped = fitting(size["ns"], size["B"], size["H"], size["d"])  # before any work
+    if len(ns) < 2:
+        p.error(f"fewer than two sizes of the sweep fit: {dropped[0]}")
+    out = writable_folder(a.out)
     t0 = time.perf_counter()
     written = []
 
@@ -236,11 +243,8 @@ def main(argv=None) -> int:
     written.append(out / "tour_checks.csv")
 
     print("\n-- 2. naive -> stored -> flash: what fusion buys, then what recompute buys --")
-    ns, dropped = fitting(size["ns"], size["B"], size["H"], size["d"])
     for reason in dropped:
         print(f"skipped: {reason}")
-    if len(ns) < 2:
-        p.error("fewer than two sizes of the sweep fit in memory")
     rows = part_sweep(ns, size["B"], size["H"], size["d"], a.repeats)
     print(bench_attention.format_table(rows))
     print(sweep_notes(rows))
