@@ -55,7 +55,7 @@ def test_rows_meet_their_predictions_and_print():
         assert r["measured_peak_bytes"] == r["predicted_peak_bytes"]
         assert r["hardware_flops"] >= r["model_flops"] > 0
         assert r["allocator_peak_bytes"] > 0
-        assert r["torch_note"] == "not asked" and "torch_step_s" not in r
+        assert r["torch_note"].startswith("not asked") and "torch_step_s" not in r
     none, sqrt = rows[1], rows[2]
     assert sqrt["measured_peak_bytes"] < none["measured_peak_bytes"]
     assert "predicted" in bench_checkpoint.table(rows)
