@@ -16,7 +16,11 @@ from ckptlab.device import KERNELS_DIR
 from ckptlab.kernels import nvrtc as cc
 from ckptlab.kernels.table import instantiations
 
-KERNEL_FILES = sorted(KERNELS_DIR.glob("*.cu")) or [
+# The tensor-core attention files instantiate 32 and 100 templates (two 16-bit types, eight tile
+# head dims, both methods and dQ modes): about 25 s and 60 s per arch for NVRTC, so they run
+# with the slow tests (CI runs those too).
+KERNEL_FILES = [pytest.param(p, marks=pytest.mark.slow) if p.name.endswith("_tc.cu") else p
+                for p in sorted(KERNELS_DIR.glob("*.cu"))] or [
     pytest.param(None, marks=pytest.mark.skip(reason=f"no *.cu files in {KERNELS_DIR} yet"))
 ]
 HAS_NVCC = shutil.which("nvcc") is not None

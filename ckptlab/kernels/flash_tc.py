@@ -23,6 +23,7 @@ import numpy as np
 
 from ckptlab import device
 from ckptlab.kernels.common import Saved, ceil_div, check_options, dropout_args
+from ckptlab.kernels.nvrtc import cuda_include_options
 from ckptlab.kernels.table import (
     SHARED_LIMIT,
     SOFTMAX_ROWS,
@@ -121,7 +122,9 @@ def _module(filename: str, ctype: str, Dt: int, wanted: tuple):
     fwd = filename == "attn_flash_fwd_tc.cu"
     defaults = tuple(n for role, n in tc_names(ctype, Dt).items() if role.startswith("fwd") == fwd)
     names = defaults if all(w in defaults for w in wanted) else tuple(wanted)
-    return device.load(filename, name_expressions=names)
+    # on a GPU, NVRTC needs CUDA's mma.h and cuda_bf16.h; the emulator has its own
+    options = cuda_include_options() if device.target() == "cuda" else ()
+    return device.load(filename, options=options, name_expressions=names)
 
 
 def _launch(mod, name, grid, block, args, shared):
