@@ -215,7 +215,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, impl: str =
         O_kept, L_kept = O_saved, L_saved
         if core:  # the forward's core again from q, k, v: S, P = softmax(S); flash: L and O
             S = (Q @ K.swapaxes(-1, -2)) * scale
-            Pb, L_kept = _softmax_lse(S, allowed, xp)
+            visible = causal_visible(Nq, Nk, xp) if causal else None  # rebuilt: never held
+            Pb, L_kept = _softmax_lse(S, visible, xp)
             tape.count(mm + 5 * Pb.size, "recompute")
             if impl == "flash":  # flash's backward reads O (for D) and L: O = dropout(P) V
                 k_ = keep_mask(seed, offset, Pb.shape, dropout_p, xp) if dropout_p > 0 else None
