@@ -108,3 +108,11 @@ def test_shared_memory_sizes_are_the_kernels():
                                 table.tc_bwd_shared_bytes(Dt, Br, Bc),
                                 table.tc_dq_shared_bytes(Dt, Br, Bc)], name
         assert max(out) <= table.TC_SHARED_MAX
+
+
+def test_the_kernels_report_gets_the_dynamic_shared_memory():
+    assert table.dynamic_shared_bytes("attn_flash_fwd_tc<__half, 64, 64, 32, false>") == \
+        table.tc_fwd_shared_bytes(64, 64, 32)
+    assert table.dynamic_shared_bytes("attn_flash_bwd_dkdv_tc<__nv_bfloat16, 256, 16, 16, "
+                                      "true, false>") == table.tc_bwd_shared_bytes(256, 16, 16)
+    assert table.dynamic_shared_bytes("attn_flash_fwd<64, 64, 32>") is None  # static only

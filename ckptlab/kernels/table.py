@@ -154,3 +154,17 @@ def tc_names(ctype: str, Dt: int, fwd=None, bwd=None) -> dict:
     names["preprocess"] = template_name("attn_flash_bwd_preprocess_tc", ctype)
     names["convert"] = template_name("attn_flash_bwd_dq_convert_tc", ctype)
     return names
+
+
+def dynamic_shared_bytes(kernel: str) -> int | None:
+    """The dynamic shared memory a wrapper launches `kernel` with (a name as ptxas reports it,
+    e.g. 'attn_flash_fwd_tc<__nv_bfloat16, 64, 64, 32, false>'), or None for kernels whose
+    shared memory is all static (ptxas' smem column)."""
+    sizes = {"attn_flash_fwd_tc": tc_fwd_shared_bytes,
+             "attn_flash_bwd_dkdv_tc": tc_bwd_shared_bytes,
+             "attn_flash_bwd_dq_tc": tc_dq_shared_bytes}
+    base, _, args = kernel.partition("<")
+    if base.strip() not in sizes:
+        return None
+    _, Dt, Br, Bc = (a.strip() for a in args.rstrip(">").split(",")[:4])
+    return sizes[base.strip()](int(Dt), int(Br), int(Bc))
