@@ -20,13 +20,21 @@ using namespace nvcuda;
 extern "C" __global__ void wmma_fragment_map(const __half* idx_h, const float* idx_f,
                                              float* a_map, float* b_map, float* c_map,
                                              int* counts) {
+    // through shared memory: wmma needs 32-byte aligned tiles, which arguments need not be
+    __shared__ __align__(32) __half tile_h[16 * 16];
+    __shared__ __align__(32) float tile_f[16 * 16];
     const int lane = threadIdx.x;
+    for (int e = lane; e < 16 * 16; e += 32) {
+        tile_h[e] = idx_h[e];
+        tile_f[e] = idx_f[e];
+    }
+    __syncwarp();  // every lane's part of the tiles is in shared memory before the warp loads
     wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
     wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> b;
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-    wmma::load_matrix_sync(a, idx_h, 16);
-    wmma::load_matrix_sync(b, idx_h, 16);
-    wmma::load_matrix_sync(c, idx_f, 16, wmma::mem_row_major);
+    wmma::load_matrix_sync(a, tile_h, 16);
+    wmma::load_matrix_sync(b, tile_h, 16);
+    wmma::load_matrix_sync(c, tile_f, 16, wmma::mem_row_major);
     for (int i = 0; i < a.num_elements; ++i) a_map[lane * 16 + i] = __half2float(a.x[i]);
     for (int i = 0; i < b.num_elements; ++i) b_map[lane * 16 + i] = __half2float(b.x[i]);
     for (int i = 0; i < c.num_elements; ++i) c_map[lane * 16 + i] = c.x[i];

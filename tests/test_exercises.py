@@ -1,4 +1,4 @@
-"""Every exercise checker (ckptlab.exercises.lab01 ... lab08) against the worked solution
+"""Every exercise checker (ckptlab.exercises.lab01 ... lab09) against the worked solution
 (labs/solutions/, hand derivations independent of the models the checkers use): "right";
 against a wrong answer: "wrong, because <a reason>"; against None and the `...` placeholder:
 "not answered yet". A checker must never raise on an answer, whatever it is."""
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ckptlab import device
-from ckptlab.exercises import lab01, lab02, lab03, lab04, lab05, lab06, lab07, lab08, lab10
+from ckptlab.exercises import lab01, lab02, lab03, lab04, lab05, lab06, lab07, lab08, lab09, lab10
 from ckptlab.measure import traffic
 
 SOLUTIONS = Path(__file__).resolve().parent.parent / "labs" / "solutions"
@@ -29,6 +29,7 @@ S1, S2 = solution("01_roofline"), solution("02_naive_attention")
 S3, S4 = solution("03_store_p_backward"), solution("04_flash_forward")
 S5, S6 = solution("05_recompute_backward"), solution("06_dropout_and_determinism")
 S7, S8 = solution("07_segment_checkpointing"), solution("08_schedules_and_budgets")
+S9 = solution("09_tensor_cores")
 with device.use("emu"):  # made at import, before conftest pins a target: on a GPU machine the
     # detected target would be "cuda"; the notebooks run on the emulator, so the profiles do too
     P7, P8 = S7.notebook_profile(), S8.notebook_profile()  # the chains the notebooks profile
@@ -82,6 +83,14 @@ CASES = [
      S8.answer_1, "sqrt"),
     ("korthikanti_bytes", lab08.korthikanti_bytes, GPT3, S8.answer_2, 34 * 2048 * 12288),
     ("selective_saving", lab08.selective_saving, GPT3, S8.answer_3, 100 * S8.answer_3),
+    ("wmma_gemm_bytes", lab09.wmma_gemm_bytes, dict(M=100, N=40, K=56), S9.answer_1,
+     S9.answer_1 // 2),
+    ("wmma_gemm_bytes odd", lab09.wmma_gemm_bytes, dict(M=17, N=33, K=5),
+     S9.wmma_gemm_bytes(17, 33, 5), 4 * (17 * 5 + 5 * 33) + 4 * 17 * 33),
+    ("bf16_bytes_ratio", lab09.bf16_bytes_ratio, dict(B=1, H=1, N=1024, d=64), S9.answer_2,
+     0.5),
+    ("flash_intensity", lab09.flash_intensity, dict(B=1, H=1, N=1024, d=64), S9.answer_3,
+     S9.answer_3 / 2),
 ]
 
 # Lab 10 (PyTorch): the checker of exercise 1 runs a torch block and exercise 2 plans the
@@ -177,6 +186,10 @@ def test_the_usual_slips_get_their_own_reason():
     assert "still pays" in lab05.crossing_d(32, "A100", "bf16")
     assert "first d" in lab05.crossing_d(128, "A100", "bf16")
     assert "does fall below 1" in lab05.crossing_d("never", "A100", "bf16")
+    assert "fp32 SGEMM" in lab09.wmma_gemm_bytes(4 * (100 * 56 * 3 + 56 * 40 * 7) + 4 * 4000,
+                                                 100, 40, 56)
+    assert "L and D" in lab09.bf16_bytes_ratio(0.5)
+    assert "hardware FLOPs" in lab09.flash_intensity(S9.answer_3 * 12 / 18)
 
 
 def test_schedule_answers_in_every_form():

@@ -61,7 +61,9 @@ def module():
     if device.target() == "cuda":
         import cupy
 
-        return cupy.RawModule(code=SOURCE, options=("-std=c++17",))
+        from ckptlab.kernels.nvrtc import cuda_include_options
+
+        return cupy.RawModule(code=SOURCE, options=("-std=c++17", *cuda_include_options()))
     return emu.RawModule(code=SOURCE, name="test_half.cu")
 
 

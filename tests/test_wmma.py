@@ -84,10 +84,9 @@ def module(expressions=()):
     if device.target() == "cuda":
         import cupy
 
-        from ckptlab.kernels import nvrtc
+        from ckptlab.kernels.nvrtc import cuda_include_options
 
-        inc = tuple(f"-I{d}" for d in nvrtc._cuda_include_dirs())
-        return cupy.RawModule(code=SOURCE, options=("-std=c++17", *inc),
+        return cupy.RawModule(code=SOURCE, options=("-std=c++17", *cuda_include_options()),
                               name_expressions=expressions)
     return emu.RawModule(code=SOURCE, name="test_wmma.cu", name_expressions=expressions)
 

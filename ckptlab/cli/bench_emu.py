@@ -86,18 +86,20 @@ def run_wmma(size: int = 256, repeats: int = 5) -> list[dict]:
             grid, block, args = launches[name]
             with emu.settings(mode=mode, race_check=race):
                 f(grid, block, args)  # warm-up: builds this mode's library if needed
-                med = statistics.median(f(grid, block, args).seconds for _ in range(repeats))
-            rows.append(dict(kernel=name, mode=label, size=size, median_s=med,
-                             mflops_per_s=2 * size**3 / med / 1e6))
+                times = [f(grid, block, args).seconds for _ in range(repeats)]
+            med = statistics.median(times)
+            rows.append(dict(kernel=name, mode=label, size=size, median_s=med, min_s=min(times),
+                             max_s=max(times), mflops_per_s=2 * size**3 / med / 1e6))
     return rows
 
 
 def format_wmma_rows(rows: list[dict]) -> str:
     out = [f"C = A B, {rows[0]['size']}^3, on the emulator: CUDA cores (fp32) vs tensor cores "
            "(bf16 wmma), median of repeats",
-           f"{'kernel':<20}{'mode':<14}{'median ms':>11}{'MFLOP/s':>10}"]
+           f"{'kernel':<20}{'mode':<14}{'median ms':>11}{'min-max ms':>15}{'MFLOP/s':>10}"]
     for r in rows:
-        out.append(f"{r['kernel']:<20}{r['mode']:<14}{r['median_s'] * 1e3:>11.1f}"
+        spread = f"{r['min_s'] * 1e3:.1f}-{r['max_s'] * 1e3:.1f}"
+        out.append(f"{r['kernel']:<20}{r['mode']:<14}{r['median_s'] * 1e3:>11.1f}{spread:>15}"
                    f"{r['mflops_per_s']:>10.1f}")
     return "\n".join(out)
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from ckptlab import device
 from ckptlab.kernels.common import Saved, ceil_div, check_options, dropout_args
+from ckptlab.kernels.nvrtc import cuda_include_options
 from ckptlab.kernels.table import (
     SHARED_LIMIT,
     SOFTMAX_ROWS,
@@ -121,7 +122,9 @@ def _module(filename: str, ctype: str, Dt: int, wanted: tuple):
     fwd = filename == "attn_flash_fwd_tc.cu"
     defaults = tuple(n for role, n in tc_names(ctype, Dt).items() if role.startswith("fwd") == fwd)
     names = defaults if all(w in defaults for w in wanted) else tuple(wanted)
-    return device.load(filename, name_expressions=names)
+    # on a GPU, NVRTC needs CUDA's mma.h and cuda_bf16.h; the emulator has its own
+    options = cuda_include_options() if device.target() == "cuda" else ()
+    return device.load(filename, options=options, name_expressions=names)
 
 
 def _launch(mod, name, grid, block, args, shared):
@@ -157,13 +160,16 @@ def tc_forward(method, q, k, v, causal=False, scale=None, dropout_p=0.0, seed=0,
     return O, Saved(method, tensors, causal, scale, p, seed, offset, (B, H, Nq, Nk, d))
 
 
-def tc_backward(dO, q, k, v, saved, deterministic=False, *, tiles=None):
+def tc_backward(dO, q, k, v, saved, deterministic=False, *, tiles=None, method=None):
     """preprocess, dkdv<..., deterministic, stored> and then dq<..., stored> (deterministic)
-    or the fp32 -> T conversion of the atomically accumulated dQ. Gradients in q's dtype."""
+    or the fp32 -> T conversion of the atomically accumulated dQ. Gradients in q's dtype.
+    `method`, when given, is the one `saved` must come from ("flash" or "stored")."""
     B, H, Nq, Nk, d, dtype = check_qkv(q, k, v)
     check_array("dO", dO, dtype, (B, H, Nq, d))
     if not isinstance(saved, Saved) or saved.method not in METHODS:
         raise TypeError(f"saved must be what tc_forward returned, got {saved!r}")
+    if method is not None and saved.method != method:
+        raise TypeError(f"saved must be what {method}_forward returned, got {saved.method}")
     if saved.shapes != (B, H, Nq, Nk, d):
         raise ValueError(f"saved was made for (B, H, Nq, Nk, d) = {saved.shapes}, but q, k, v "
                          f"give {(B, H, Nq, Nk, d)}")

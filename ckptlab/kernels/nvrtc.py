@@ -211,6 +211,12 @@ def _cuda_include_dirs():
         return ()
 
 
+def cuda_include_options() -> tuple:
+    """("-I<dir>",) for CUDA's headers (cuda_fp16.h, cuda_bf16.h, mma.h), for a CuPy launch of
+    a kernel that includes them; () where none are found (CuPy's own search then applies)."""
+    return tuple(f"-I{d}" for d in _cuda_include_dirs())
+
+
 def backend_available(backend: str) -> bool:
     """True when `backend` ("nvrtc" or "nvcc") can compile on this machine."""
     if backend == "nvcc":

@@ -151,13 +151,14 @@ TC_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16"}  # NumPy dtype nam
 # d is rounded up to a tile head dim Dt, a multiple of TC (FlashAttention 2's 32, 64, 96, 128,
 # 160, 192, 256, and 16 for the labs' small heads); padded columns are zero in shared memory
 TC_TILE_HEAD_DIMS = (16, 32, 64, 96, 128, 160, 192, 256)
-# Default (Br, Bc) per Dt: the largest tiles whose shared memory (tc_*_shared_bytes) stays
-# within 48 KiB, a long Br in the forward and a long Bc in the dK/dV kernel as in FWD_TILES /
-# BWD_TILES. Where even 16 x 16 tiles need more (the dK/dV kernel from Dt = 160, the dQ kernel
-# at 256), the launch opts in, as CUDA requires above 48 KiB, within TC_SHARED_MAX.
-TC_FWD_TILES = {16: (64, 64), 32: (64, 32), 64: (32, 64), 96: (32, 32), 128: (32, 16),
-                160: (32, 16), 192: (16, 32), 256: (16, 16)}
-TC_BWD_TILES = {16: (32, 32), 32: (32, 32), 64: (16, 32), 96: (16, 16), 128: (16, 16),
+# Default (Br, Bc) per Dt: the fp32 kernels' own tiles (FWD_TILES, BWD_TILES) wherever they
+# are multiples of the wmma tile, so that comparing the two changes the precision and nothing
+# else (the same blocks, the same re-reads of K, V or Q, dO); 16 x 16 where the fp32 tiles are
+# narrower. The tensor-core tiles need more shared memory (an fp32 O or dK/dV accumulator
+# beside 16-bit tiles, padded rows): above 48 KiB the launch opts in, as CUDA requires.
+TC_FWD_TILES = {16: (64, 32), 32: (64, 32), 64: (64, 32), 96: (64, 16), 128: (32, 16),
+                160: (32, 16), 192: (16, 16), 256: (16, 16)}
+TC_BWD_TILES = {16: (32, 32), 32: (32, 32), 64: (32, 32), 96: (16, 32), 128: (16, 16),
                 160: (16, 16), 192: (16, 16), 256: (16, 16)}
 # The most shared memory a block may opt in to on every GPU with bf16 tensor cores: 99 KiB on
 # compute capability 8.6 / 8.9 (163 KiB on 8.0, 227 KiB on 9.0; CUDA C++ Programming Guide,
@@ -222,3 +223,17 @@ def tc_names(ctype: str, Dt: int, fwd=None, bwd=None) -> dict:
     names["preprocess"] = template_name("attn_flash_bwd_preprocess_tc", ctype)
     names["convert"] = template_name("attn_flash_bwd_dq_convert_tc", ctype)
     return names
+
+
+def dynamic_shared_bytes(kernel: str) -> int | None:
+    """The dynamic shared memory a wrapper launches `kernel` with (a name as ptxas reports it,
+    e.g. 'attn_flash_fwd_tc<__nv_bfloat16, 64, 64, 32, false>'), or None for kernels whose
+    shared memory is all static (ptxas' smem column)."""
+    sizes = {"attn_flash_fwd_tc": tc_fwd_shared_bytes,
+             "attn_flash_bwd_dkdv_tc": tc_bwd_shared_bytes,
+             "attn_flash_bwd_dq_tc": tc_dq_shared_bytes}
+    base, _, args = kernel.partition("<")
+    if base.strip() not in sizes:
+        return None
+    _, Dt, Br, Bc = (a.strip() for a in args.rstrip(">").split(",")[:4])
+    return sizes[base.strip()](int(Dt), int(Br), int(Bc))
