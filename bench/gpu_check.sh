@@ -3,6 +3,7 @@
 #   1. pytest -m gpu                              the gpu-marked tests, on the CUDA target
 #   2. python -m ckptlab --device cuda tour       the main job at GPU sizes (CUDA-event times)
 #   3. python -m ckptlab --device cuda fig2       the FlashAttention Fig. 2 table at full size
+#      bench crossing --measure                   stored vs flash measured over d, beside the model
 #   4. bench attention --ncu                      measured DRAM bytes (only if ncu is on the PATH)
 # Every log, CSV and PNG goes under one folder: $1, else ./gpu-results. When $OUT is set (the
 # workplace's device tool, which brings back at most 8 files), that folder is also packed into
@@ -75,6 +76,8 @@ step pytest_gpu 110 "$PY" -m pytest -m gpu -q -rs -p no:cacheprovider \
   --junitxml="$OUT_DIR/pytest_gpu.xml"
 step tour 110 "$PY" -m ckptlab --device cuda tour --out "$OUT_DIR/tour"
 step fig2 130 "$PY" -m ckptlab --device cuda fig2 --out "$OUT_DIR/fig2"
+step crossing 60 "$PY" -m ckptlab --device cuda bench crossing --measure --d 16,32,64,128 \
+  --n 2048 --gpus h200 --csv "$OUT_DIR/crossing.csv"
 if command -v ncu > /dev/null; then
   step ncu_bytes 70 "$PY" -m ckptlab --device cuda bench attention --n 256,1024 \
     --batch 2 --heads 16 --repeats 5 --ncu --csv "$OUT_DIR/ncu_bytes.csv" \

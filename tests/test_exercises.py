@@ -11,6 +11,7 @@ import pytest
 
 from ckptlab import device
 from ckptlab.exercises import lab01, lab02, lab03, lab04, lab05, lab06, lab07, lab08, lab09
+from ckptlab.measure import traffic
 
 SOLUTIONS = Path(__file__).resolve().parent.parent / "labs" / "solutions"
 
@@ -64,9 +65,12 @@ CASES = [
      4 * 64 * 16 * 1024 * 64),
     ("recompute_flops", lab05.recompute_flops, dict(B=1, H=2, N=100, d=32), S5.answer_1,
      S5.answer_1 // 2),
-    ("hfu_over_mfu", lab05.hfu_over_mfu, dict(B=64, H=16, N=1024, d=64), S5.answer_3, 10 / 8),
-    ("fig2_bytes_ratio", lab05.fig2_bytes_ratio, dict(B=64, H=16, N=1024, d=64), S5.answer_2,
-     40.3 / 4.4),
+    ("recompute_bytes_saved", lab05.recompute_bytes_saved, dict(B=1, H=1, N=256, d=64),
+     S5.answer_2, S5.answer_2 // 2),
+    ("recompute_bytes_saved odd", lab05.recompute_bytes_saved, dict(B=2, H=3, N=37, d=40),
+     S5.recompute_bytes_saved(2, 3, 37, 40), 3),
+    ("crossing_d", lab05.crossing_d, dict(gpu="A100", dtype="bf16"), S5.answer_3, 32),
+    ("hfu_over_mfu", lab05.hfu_over_mfu, dict(B=64, H=16, N=1024, d=64), S5.answer_4, 10 / 8),
     ("mask_bytes", lab06.mask_bytes, dict(B=64, H=16, N=1024), S6.answer_1, 4 * S6.answer_1),
     ("deterministic_flops_ratio", lab06.deterministic_flops_ratio,
      dict(B=64, H=16, N=1024, d=64), S6.answer_2, 1.0),
@@ -147,6 +151,14 @@ def test_the_usual_slips_get_their_own_reason():
     assert "over the" in lab04.flash_tile_rows(64)
     assert "multiple of 8" in lab04.flash_tile_rows(50)
     assert "L = m + log l" in lab04.flash_saved_bytes(4 * 64 * 16 * 1024 * 64, 64, 16, 1024, 64)
+    naive_minus_flash = (traffic.totals(traffic.launches("naive", 1, 1, 256, 256, 64))["bytes"]
+                         - traffic.totals(traffic.launches("flash", 1, 1, 256, 256, 64))["bytes"])
+    assert "fusion and recompute together" in lab05.recompute_bytes_saved(
+        naive_minus_flash, 1, 1, 256, 64)
+    assert "the fp32 crossing" in lab05.crossing_d(16, "A100", "bf16")  # fp32: at every d
+    assert "still pays" in lab05.crossing_d(32, "A100", "bf16")
+    assert "first d" in lab05.crossing_d(128, "A100", "bf16")
+    assert "does fall below 1" in lab05.crossing_d("never", "A100", "bf16")
     assert "fp32 SGEMM" in lab09.wmma_gemm_bytes(4 * (100 * 56 * 3 + 56 * 40 * 7) + 4 * 4000,
                                                  100, 40, 56)
     assert "L and D" in lab09.bf16_bytes_ratio(0.5)

@@ -3,9 +3,12 @@
     tour                 the main job: gradient checks, store-P vs recompute over N, checkpoint
                          schedules; tables printed, CSVs and PNGs written (ckptlab.cli.tour)
     check                every kernel's gradients vs float64; exit 1 on a failure (cli.check)
-    bench attention      bytes, FLOPs, memory, time per size (cli.bench_attention)
+    bench attention      naive, stored, flash: bytes, FLOPs, memory, time per size, and the
+                         fusion and recompute gains (cli.bench_attention)
     bench checkpoint     peak memory, recompute and time per schedule (cli.bench_checkpoint)
     bench emu            how fast the CPU emulator runs (cli.bench_emu)
+    bench crossing       when recompute stops paying: stored / flash over d, GPU, dtype
+                         (cli.bench_crossing)
     kernels              registers, shared memory, spills per kernel (cli.kernels_report)
     fig2                 the FlashAttention paper's Fig. 2 table (cli.fig2)
 
@@ -34,6 +37,7 @@ BENCHES = {
     "attention": "ckptlab.cli.bench_attention",
     "checkpoint": "ckptlab.cli.bench_checkpoint",
     "emu": "ckptlab.cli.bench_emu",
+    "crossing": "ckptlab.cli.bench_crossing",
 }
 PROG = "python -m ckptlab"
 

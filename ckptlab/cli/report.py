@@ -130,11 +130,12 @@ def free_bytes(target: str) -> tuple[int, str]:
 def attention_bytes(method: str, B, H, N, d) -> int:
     """Peak bytes one attention forward + backward allocates: q, k, v, dO, O, dQ, dK, dV
     (8 x (B, H, N, d)); naive adds three N x N matrices at once (P, dP, dS in the backward;
-    S, P in the forward), flash adds L and D (B, H, N)."""
+    S, P in the forward), flash adds L and D (B, H, N), stored L, D and its N x N scores S."""
     bhnd = B * H * N * d * BYTES
     if method == "naive":
         return 8 * bhnd + 3 * B * H * N * N * BYTES
-    return 8 * bhnd + 2 * B * H * N * BYTES
+    scores = B * H * N * N * BYTES if method == "stored" else 0
+    return 8 * bhnd + 2 * B * H * N * BYTES + scores
 
 
 def check_fits(method: str, B, H, N, d, target: str | None = None,

@@ -4,9 +4,10 @@ Three parts, each printed as a table and written as CSV, with the figures as PNG
 
 1. gradient checks: every kernel (naive; flash with atomic and deterministic dQ), causal and
    not, dropout and not, on a small odd problem, against float64 (ckptlab.cli.check);
-2. store-P vs recompute over a sweep of N (ckptlab.cli.bench_attention): FLOPs (model / hardware),
-   HBM bytes with their source, bytes saved for the backward, time (measured on a GPU; modeled
-   on a named GPU when on the emulator), memory ratio and speed-up;
+2. naive, stored and flash attention over a sweep of N (ckptlab.cli.bench_attention): FLOPs
+   (model / hardware), HBM bytes counted and unique, bytes saved for the backward, times modeled
+   on an A100 and an H200 (and measured on a GPU), and per N the decomposition: fusion gain
+   (naive / stored) x recompute gain (stored / flash) = naive / flash;
 3. the checkpoint schedules on a small model (ckptlab.cli.bench_checkpoint): peak saved bytes,
    recompute FLOPs, time.
 
@@ -25,7 +26,7 @@ from ckptlab import device, engine
 from ckptlab.cli import bench_attention, bench_checkpoint, check
 from ckptlab.cli.report import TooBig, check_fits, int_list, write_csv
 from ckptlab.engine import Tensor
-from ckptlab.measure import plots, roofline, traffic
+from ckptlab.measure import plots, roofline, timemodel
 from ckptlab.recompute import ledger, schedules
 
 # per target: the sweep of N and the (B, H, d) of every run. Emulator: every byte counted; N=1024
@@ -49,7 +50,7 @@ def fitting(ns, B, H, d) -> tuple[list, list]:
     keep, dropped = [], []
     for n in ns:
         try:
-            for impl in ("naive", "flash"):
+            for impl in bench_attention.IMPLS:
                 check_fits(impl, B, H, n, d)
             keep.append(n)
         except TooBig as e:
@@ -58,8 +59,8 @@ def fitting(ns, B, H, d) -> tuple[list, list]:
 
 
 def part_sweep(ns, B, H, d, repeats: int) -> list[dict]:
-    """Part 2: naive and flash forward + backward at every N."""
-    return bench_attention.sweep(ns, ("naive", "flash"), B=B, H=H, d=d, repeats=repeats)
+    """Part 2: naive, stored and flash forward + backward at every N."""
+    return bench_attention.sweep(ns, bench_attention.IMPLS, B=B, H=H, d=d, repeats=repeats)
 
 
 # Part 3: an 8-block GPT (width 64, batch 8): every schedule in ~6 s on 2 cores. A transformer,
@@ -116,21 +117,18 @@ def checkpoint_figures(rows: list[dict], c: dict, out: Path) -> list[Path]:
 
 def roofline_points(rows: list[dict]) -> list[dict]:
     """Each method's forward + backward at the largest N on the roofline, at its modeled FLOPs
-    and bytes (hollow marker: on the roof). One point per method, not per kernel: the naive
-    matmuls share one intensity and their labels would sit on each other, and the softmax
-    kernels have no matmul FLOPs (intensity 0: off a log axis); their bytes still count here.
-    On a GPU each method is placed again at its measured time (filled marker)."""
+    and counted bytes (hollow marker: on the roof). One point per method, not per kernel: the
+    naive matmuls share one intensity and their labels would sit on each other, and the
+    row-wise kernels have no matmul FLOPs (intensity 0: off a log axis); their bytes still count
+    here. On a GPU each method is placed again at its measured time (filled marker)."""
     big = max(r["N"] for r in rows)
     points = []
     for r in (r for r in rows if r["N"] == big):
-        launches = traffic.launches(r["impl"], r["B"], r["H"], r["N"], r["N"], r["d"],
-                                    r["causal"])
-        t = traffic.totals(launches)
-        points.append(dict(name=f"{r['impl']} ({len(launches)} kernels)", flops=t["flops"],
-                           bytes=t["bytes"]))
+        points.append(dict(name=f"{r['impl']} ({r['launches']} kernels)",
+                           flops=r["hardware_flops"], bytes=r["modeled_counted_bytes"]))
         if r["target"] == "cuda":
             points.append(dict(name=f"{r['impl']}, measured", flops=r["hardware_flops"],
-                               bytes=r["hbm_bytes"], seconds=r["time_s"]))
+                               bytes=r["counted_bytes"], seconds=r["time_s"]))
     return points
 
 
@@ -138,51 +136,68 @@ def roofline_title(points: list[dict], spec_name: str, n: int) -> str:
     ridge = roofline.ridge_point(spec_name, "fp32")
     memory = [p["name"].split(" (")[0] for p in points
               if "measured" not in p["name"] and p["flops"] / p["bytes"] < ridge]
-    return (f"at N={n}, memory-bound on {spec_name} (fp32 ridge {ridge:.3g} FLOP/byte): "
-            + (", ".join(memory) if memory else "none"))
+    return (f"at N={n}, counted bytes: memory-bound on {spec_name} (fp32 ridge {ridge:.3g} "
+            "FLOP/byte): " + (", ".join(memory) if memory else "none"))
 
 
 def attention_figures(rows: list[dict], out: Path) -> list[Path]:
-    """Memory, time and HBM bytes against N, and the roofline; returns the PNG paths."""
+    """Memory, time and HBM bytes against N, the roofline, and memory against speed; returns
+    the PNG paths."""
     ns = sorted({r["N"] for r in rows})
-    by = {impl: [r for r in rows if r["impl"] == impl] for impl in ("naive", "flash")}
+    by = {impl: [r for r in rows if r["impl"] == impl] for impl in bench_attention.IMPLS}
     r0 = rows[0]
-    where = (f"{r0['modeled_device']} (modeled)" if r0["target"] == "emu"
-             else r0["time_source"].split(";")[0].removeprefix("measured (") + " (measured)")
+    gpu = r0["modeled_gpus"].split(",")[0]
+    g = timemodel.short_name(gpu)
     paths = [out / "attention_memory_vs_n.png", out / "attention_time_vs_n.png",
-             out / "attention_hbm_bytes_vs_n.png", out / "attention_roofline.png"]
-    plots.plot_memory_vs_n(ns, {"naive (P)": [r["saved_bytes"] for r in by["naive"]],
-                                "flash (O, L)": [r["saved_bytes"] for r in by["flash"]]},
+             out / "attention_roofline.png", out / "attention_memory_vs_speed.png"]
+    held = {"naive": "naive (P)", "stored": "stored (P's tiles, L)", "flash": "flash (O, L)"}
+    plots.plot_memory_vs_n(ns, {held[m]: [r["saved_bytes"] for r in by[m]] for m in by},
                            what="memory held for backward", path=paths[0])
-    plots.plot_time_vs_n(ns, {impl: [r["time_s"] for r in by[impl]] for impl in by},
-                         device=where, path=paths[1])
-    plots.plot_bytes_vs_n(ns, bench_attention.bytes_by_source(rows), path=paths[2])
+    if r0["target"] == "cuda":
+        where = r0["time_source"].split(";")[0].removeprefix("measured (") + " (measured)"
+        plots.plot_time_vs_n(ns, {m: [r["time_s"] for r in by[m]] for m in by}, device=where,
+                             path=paths[1])
+    else:
+        n_full = timemodel.fills_waves_from(r0["B"], r0["H"], r0["d"], gpu)
+        plots.plot_time_vs_n(
+            ns, {m: [r[f"{g}_hi_s"] for r in by[m]] for m in by}, path=paths[1],
+            title=f"MODELED on {gpu} (launch cost + waves x roofline, counted bytes: the upper "
+                  f"bound), not measured; at B={r0['B']} H={r0['H']} the model means something "
+                  f"from N >= {n_full}, where every launch fills a wave")
     points = roofline_points(rows)
-    plots.plot_roofline(points, r0["modeled_device"], path=paths[3],
-                        title=roofline_title(points, r0["modeled_device"], ns[-1]))
-    return paths
+    plots.plot_roofline(points, gpu, path=paths[2], title=roofline_title(points, gpu, ns[-1]))
+    return paths[:3] + bench_attention.figures(rows, paths[3])
 
 
 def sweep_notes(rows: list[dict]) -> str:
     """What the sweep shows, in numbers taken from it (largest N)."""
     big = max(r["N"] for r in rows)
-    n, f = (next(r for r in rows if r["N"] == big and r["impl"] == m) for m in ("naive", "flash"))
-    spec = roofline.spec(n["modeled_device"])
-    ridge = roofline.ridge_point(spec, "fp32")
-    i_n = n["hardware_flops"] / n["hbm_bytes"]
-    i_f = f["hardware_flops"] / f["hbm_bytes"]
-    counted = all(r["hbm_bytes"] == r["modeled_bytes"] for r in rows)
+    n, s, f = (next(r for r in rows if r["N"] == big and r["impl"] == m)
+               for m in bench_attention.IMPLS)
+    gpu = n["modeled_gpus"].split(",")[0]
+    g = timemodel.short_name(gpu)
+    ridge = roofline.ridge_point(gpu, "fp32")
     lines = [
-        f"at N={big}: flash does {f['hardware_flops'] / n['hardware_flops']:.2f}x the FLOPs "
-        f"(recompute: {f['recompute_flops'] / 1e6:.1f} MFLOP) "
-        f"and moves {n['hbm_bytes'] / f['hbm_bytes']:.1f}x fewer bytes; it keeps "
-        f"{f['memory_ratio']:.1f}x less for the backward and is {f['speedup']:.2f}x faster",
-        f"arithmetic intensity (FLOP/byte): naive {i_n:.2f}, flash {i_f:.2f}; the "
-        f"{spec['name']} fp32 ridge is {ridge:.2f}",
+        f"at N={big}: fusion (naive -> stored) cuts counted bytes "
+        f"{n['counted_bytes'] / s['counted_bytes']:.1f}x with P still stored; recompute "
+        f"(stored -> flash) cuts them {s['counted_bytes'] / f['counted_bytes']:.2f}x more and the "
+        f"saved bytes {s['saved_bytes'] / f['saved_bytes']:.1f}x, for "
+        f"{f['recompute_flops'] / 1e6:.1f} MFLOP of recompute "
+        f"({f['hardware_flops'] / s['hardware_flops']:.2f}x stored's FLOPs)",
+        f"arithmetic intensity (FLOP per counted byte): naive "
+        f"{n['hardware_flops'] / n['counted_bytes']:.2f}, stored "
+        f"{s['hardware_flops'] / s['counted_bytes']:.2f}, flash "
+        f"{f['hardware_flops'] / f['counted_bytes']:.2f}; the {gpu} fp32 ridge is {ridge:.2f}",
+        f"recompute gain in time (stored / flash), modeled on {g}: "
+        f"{s[f'{g}_lo_s'] / f[f'{g}_lo_s']:.2f} (unique bytes) to "
+        f"{s[f'{g}_hi_s'] / f[f'{g}_hi_s']:.2f} (counted); where it crosses 1: "
+        "`python -m ckptlab bench crossing`",
     ]
     if rows[0]["target"] == "emu":
-        lines.append("counted bytes == modeled bytes (ckptlab.measure.traffic) on every row: "
-                     + ("yes" if counted else "NO"))
+        ok = all(r["counted_bytes"] == r["modeled_counted_bytes"]
+                 and r["unique_bytes"] == r["modeled_unique_bytes"] for r in rows)
+        lines.append("counted and unique bytes == their models (ckptlab.measure.traffic) on "
+                     "every row: " + ("yes" if ok else "NO"))
     return "\n".join(lines)
 
 
@@ -221,7 +236,7 @@ def main(argv=None) -> int:
     write_csv(checks, out / "tour_checks.csv")
     written.append(out / "tour_checks.csv")
 
-    print("\n-- 2. store P (naive) vs recompute P (flash), forward + backward --")
+    print("\n-- 2. naive -> stored -> flash: what fusion buys, then what recompute buys --")
     ns, dropped = fitting(size["ns"], size["B"], size["H"], size["d"])
     for reason in dropped:
         print(f"skipped: {reason}")
@@ -231,7 +246,9 @@ def main(argv=None) -> int:
     print(bench_attention.format_table(rows))
     print(sweep_notes(rows))
     write_csv(rows, out / "tour_attention.csv")
-    written += [out / "tour_attention.csv", *attention_figures(rows, out)]
+    write_csv(bench_attention.decompose(rows), out / "tour_decomposition.csv")
+    written += [out / "tour_attention.csv", out / "tour_decomposition.csv",
+                *attention_figures(rows, out)]
 
     c = CKPT_QUICK if a.quick else CKPT
     print(f"\n-- 3. checkpoint schedules on a small model ({c['model']}, {c['layers']} blocks) --")
@@ -244,7 +261,8 @@ def main(argv=None) -> int:
     for path in written:
         print(f"  {path}")
     ok = all(r["ok"] for r in checks) and all(
-        r["hbm_bytes"] == r["modeled_bytes"] for r in rows if r["hbm_source"] == "counted")
+        r["counted_bytes"] == r["modeled_counted_bytes"] for r in rows
+        if r["bytes_source"] == "counted")
     return 0 if ok else 1
 
 

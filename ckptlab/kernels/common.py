@@ -22,7 +22,7 @@ from ckptlab.kernels.table import HEAD_DIMS, LANES, MAX_TILE, SHARED_LIMIT
 class Saved:
     """What a forward keeps for its backward (the ledger), plus the options it ran with."""
 
-    method: str  # "naive" or "flash"
+    method: str  # "naive", "stored" or "flash"
     tensors: dict  # name -> array of the target
     causal: bool
     scale: float
@@ -65,7 +65,8 @@ def check_qkv(q, k, v) -> tuple:
         raise ValueError(f"v must have the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
     Nk = k.shape[2]
     if d not in HEAD_DIMS:
-        raise ValueError(f"head dim d must be one of {HEAD_DIMS}, got d={d}")
+        raise ValueError(f"head dim d must be a multiple of {LANES} in [{LANES}, "
+                         f"{HEAD_DIMS[-1]}], got d={d}")
     if min(B, H, Nq, Nk) < 1:
         raise ValueError(f"B, H, Nq and Nk must be >= 1, got q {tuple(q.shape)}, "
                          f"k {tuple(k.shape)}")
@@ -140,8 +141,6 @@ def poisoned(shape):
 
 def ceil_div(n: int, tile: int) -> int:
     return -(-n // tile)
-
-
 
 
 def random_inputs(B, H, N, d, seed: int = 0, Nk: int | None = None):

@@ -24,9 +24,10 @@ from ckptlab.measure.ncu import SOURCES
 SIZE_IN = (6.5, 4.0)
 # One line style per source. Counted and modeled bytes must agree exactly, so modeled is drawn
 # thin and dotted with x markers on top of a wide translucent counted line: both stay visible.
-SOURCE_STYLE = {"counted": "-", "measured": "--", "modeled": ":"}
+SOURCE_STYLE = {"counted": "-", "unique": "-.", "measured": "--", "modeled": ":"}
 _SOURCE_LOOK = {
     "counted": dict(marker="o", lw=4, alpha=0.45, zorder=2),
+    "unique": dict(marker="v", lw=1.5, zorder=3),
     "measured": dict(marker="s", lw=1.5, zorder=3),
     "modeled": dict(marker="x", lw=1.5, zorder=4),
 }
@@ -184,7 +185,8 @@ def plot_time_vs_n(n, seconds_by_method: dict, *, device="", title=None, path=No
 
 def plot_bytes_vs_n(n, bytes_by_method: dict, *, title=None, path=None):
     """HBM traffic against N, log-log: bytes_by_method[method][source] -> bytes per N, with
-    source one of "counted", "measured", "modeled" (a line style each; a colour per method).
+    source one of "counted", "unique", "measured", "modeled" (a line style each; a colour per
+    method).
     None or NaN marks an N where a source has no figure (e.g. no ncu)."""
     n = _positive("n", n)
     if not isinstance(bytes_by_method, dict) or not bytes_by_method:
