@@ -159,7 +159,7 @@ def test_atomic_dq_depends_on_the_block_order_and_deterministic_does_not():
 
 
 @pytest.mark.parametrize("c", [CASES[7], CASES[11]], ids=case_id)
-def test_kernels_match_torch_autograd(c):
+def test_kernels_match_torch_autograd(c, torch):
     """PyTorch float64 autograd as an independent oracle (its own masked softmax)."""
     from test_reference import torch_attention
 

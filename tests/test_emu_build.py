@@ -65,14 +65,24 @@ def test_a_header_change_rebuilds(tmp_path, monkeypatch):
 def test_rewrites_keep_line_numbers():
     src = ("__shared__ float a[4], b[2][3];\n"
            "extern __shared__ __align__(16) float dyn[];\n"
-           "__shared__ int s;\n")
+           "__shared__ int s;\n"
+           "__device__ unsigned counter;\n"
+           "__device__ float table[3] = {1.0f,\n 2.0f, 3.0f};\n"
+           "__device__ float twice(float x) { return 2 * x; }\n")
     out = build.rewrite_source(src)
     assert out.count("\n") == src.count("\n")
-    assert "emu_shared_alloc(sizeof(float[4])" in out
-    assert "float (&a)[4] = *emu_launder(reinterpret_cast<float(*)[4]>(emu_shared_a));" in out
-    assert "float (&b)[2][3] = *emu_launder(reinterpret_cast<float(*)[2][3]>(emu_shared_b))" in out
-    assert "float* dyn = reinterpret_cast<float*>(emu_dynamic_shared);" in out
-    assert "int (&s) = *emu_launder(reinterpret_cast<int(*)>(emu_shared_s));" in out
+    assert 'emu_shared_declare(sizeof(float[4]), alignof(float) > 16 ? alignof(float) : 16, "a")' \
+        in out
+    assert ("float (&a)[4] = *emu_launder(reinterpret_cast<float(*)[4]>(emu_shared_at("
+            "emu_shared_a)));") in out
+    assert "float (&b)[2][3] = *emu_launder(reinterpret_cast<float(*)[2][3]>(emu_shared_at(" in out
+    assert "float* dyn = reinterpret_cast<float*>(emu_dynamic_shared());" in out
+    assert "int (&s) = *emu_launder(reinterpret_cast<int(*)>(emu_shared_at(emu_shared_s)));" in out
+    assert "static unsigned emu_device_init_counter ;" in out
+    assert "static float emu_device_init_table[3] = {1.0f,  2.0f, 3.0f};" in out
+    assert 'emu_device_object(&emu_device_init_table, sizeof(emu_device_init_table), ' \
+           'alignof(float), "table")' in out
+    assert "__device__ float twice(float x)" in out  # functions stay as they are
 
 
 def test_kernel_names_ignore_comments():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ckptlab import device
-from ckptlab.exercises import lab01, lab02, lab03, lab04, lab05, lab06, lab07, lab08, lab09
+from ckptlab.exercises import lab01, lab02, lab03, lab04, lab05, lab06, lab07, lab08, lab09, lab10
 from ckptlab.measure import traffic
 
 SOLUTIONS = Path(__file__).resolve().parent.parent / "labs" / "solutions"
@@ -20,7 +20,8 @@ def solution(name: str):
     """Load labs/solutions/<name>.py (file names start with digits: not importable by name)."""
     spec = importlib.util.spec_from_file_location(f"solution_{name}", SOLUTIONS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    with device.use("emu"):  # loaded at import, before conftest pins the target: a solution
+        spec.loader.exec_module(module)  # that makes arrays makes them for the emulator
     return module
 
 
@@ -44,6 +45,8 @@ CASES = [
     ("compute_bound_tile", lab01.compute_bound_tile, dict(device="A100", size=4096), S1.answer_3,
      16),
     ("free_flops", lab01.free_flops, dict(R=4096, C=4096, device="H100"), S1.answer_4, 20.0),
+    ("race_fixed", lab01.race_fixed, {}, S1.answer_5, lab01.racy_sgemm_source()),
+    ("sgemm_shared_bytes", lab01.sgemm_shared_bytes, dict(tile=32), S1.answer_6, 4096),
     ("naive_nn_bytes", lab02.naive_nn_bytes, dict(B=1, H=2, N=100, d=32), S2.answer_1,
      2 * 4 * 2 * 100 * 100),
     ("naive_nn_bytes odd", lab02.naive_nn_bytes, dict(B=3, H=1, N=37, d=16),
@@ -89,6 +92,30 @@ CASES = [
     ("flash_intensity", lab09.flash_intensity, dict(B=1, H=1, N=1024, d=64), S9.answer_3,
      S9.answer_3 / 2),
 ]
+
+# Lab 10 (PyTorch): the checker of exercise 1 runs a torch block and exercise 2 plans the
+# notebook's torch GPT, so those two need PyTorch; exercise 3 is a formula.
+S10 = solution("10_take_it_to_pytorch")
+try:
+    import torch  # noqa: F401
+    NO_TORCH = None
+except ImportError as e:
+    NO_TORCH = f"lab 10's checkers run PyTorch, which is not installed ({e})"
+CASES += [
+    ("tp_bytes_per_gpu", lab10.tp_bytes_per_gpu, dict(**GPT3, t=8), S10.answer_3,
+     2048 * 12288 * 114 // 8),
+    ("tp_bytes_per_gpu odd", lab10.tp_bytes_per_gpu, dict(s=100, b=3, h=48, a=6, t=3),
+     100 * 3 * 48 * (10 + 24 // 3) + 5 * 6 * 100 * 100 * 3 // 3, 100 * 3 * 48 * 34 // 3),
+]
+if NO_TORCH is None:
+    CASES += [
+        ("mlp_block_saved_bytes", lab10.mlp_block_saved_bytes, dict(B=32, D=64), S10.answer_1,
+         S10.answer_1 - 3 * 32 * 64),
+        ("mlp_block_saved_bytes odd", lab10.mlp_block_saved_bytes, dict(B=7, D=16),
+         24 * 7 * 16, 20 * 7 * 16),
+        ("schedule_for_budget torch", lab10.schedule_for_budget,
+         dict(prof=S10.notebook_profile(), fraction=0.4), S10.answer_2, "sqrt"),
+    ]
 IDS = [c[0] for c in CASES]
 
 
@@ -173,6 +200,8 @@ def test_schedule_answers_in_every_form():
     assert lab08.schedule_for_budget(schedules.Schedule("mine", S8.answer_1), **budget) == "right"
     assert "DP's own answer" in lab08.schedule_for_budget("optimal(40%)", **budget)
     assert "over the budget" in lab08.schedule_for_budget("selective(matmul)", **budget)
+    assert "over the budget" in lab08.schedule_for_budget("keep(matmul)", **budget)
+    assert "over the budget" in lab08.schedule_for_budget("recompute(attn)", **budget)
     assert "no fewer than sqrt" in lab08.schedule_for_budget("every(2)", **budget)
     assert "cannot be built" in lab08.schedule_for_budget("every(two)", **budget)
     assert "cannot be" in lab08.schedule_for_budget([Seg([0, 1]), 3], **budget)  # not a cover
@@ -184,3 +213,16 @@ def test_schedule_answers_in_every_form():
 def test_verdict_displays_bare():
     v = lab01.sgemm_bytes(S1.answer_1, 40, 24, 56)
     assert repr(v) == "right" and isinstance(v, str)
+
+
+@pytest.mark.skipif(NO_TORCH is None, reason="PyTorch is installed: lab 10's cases run above")
+def test_lab10_cases_that_need_pytorch():
+    pytest.skip(NO_TORCH)
+
+
+def test_lab10_usual_slips():
+    assert "sequence parallelism" in lab10.tp_bytes_per_gpu(2048 * 12288 * 114 // 8, **GPT3, t=8)
+    assert "without parallelism" in lab10.tp_bytes_per_gpu(2048 * 12288 * 114, **GPT3, t=8)
+    if NO_TORCH is None:
+        assert "float noise" in lab10.mlp_block_saved_bytes(21 * 32 * 64, B=32, D=64)
+        assert "counted once" in lab10.mlp_block_saved_bytes(40 * 32 * 64, B=32, D=64)

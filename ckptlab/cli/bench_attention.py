@@ -30,7 +30,15 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ckptlab import device, emu, kernels, measure
-from ckptlab.cli.report import check_fits, fmt_bytes, fmt_seconds, int_list, write_csv
+from ckptlab.cli.report import (
+    check_fits,
+    fmt_bytes,
+    fmt_seconds,
+    int_list,
+    positive_int,
+    writable_file,
+    write_csv,
+)
 from ckptlab.measure import roofline, timemodel, traffic
 
 IMPLS = timemodel.CHAIN  # naive, stored, flash
@@ -311,14 +319,15 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int_list, default=[64, 128, 256], help="sequence lengths, 64,128")
     p.add_argument("--d", type=int, default=64, choices=kernels.HEAD_DIMS, help="head dim")
-    p.add_argument("--batch", type=int, default=1, help="B (default 1)")
-    p.add_argument("--heads", type=int, default=1, help="H (default 1)")
+    p.add_argument("--batch", type=positive_int, default=1, help="B (default 1)")
+    p.add_argument("--heads", type=positive_int, default=1, help="H (default 1)")
     p.add_argument("--causal", action="store_true")
     p.add_argument("--deterministic", action="store_true", help="stored and flash: dQ without "
                    "atomics (a second kernel)")
     p.add_argument("--impl", type=impl_list, default=list(IMPLS),
                    help=f"comma-separated, from {IMPLS} (default all three)")
-    p.add_argument("--repeats", type=int, default=20, help="timed repeats on a GPU (>= 1)")
+    p.add_argument("--repeats", type=positive_int, default=20,
+                   help="timed repeats on a GPU (>= 1)")
     p.add_argument("--gpus", type=gpu_list, default=list(DEFAULT_GPUS), help="GPUs for the "
                    f"modeled times, comma-separated, from {sorted(roofline.SPECS)}")
     p.add_argument("--ncu", action="store_true", help="also measure DRAM bytes with Nsight "
@@ -328,8 +337,9 @@ def main(argv=None) -> int:
     p.add_argument("--png", metavar="FILE", help="draw memory against speed to FILE (and bytes "
                    "against N beside it)")
     a = p.parse_args(argv)
-    if a.batch < 1 or a.heads < 1 or a.repeats < 1:
-        p.error("--batch, --heads and --repeats must be >= 1")
+    for path in (a.csv, a.png):  # before any work
+        if path is not None:
+            writable_file(path)
     if a.ncu and not (device.target() == "cuda" and measure.ncu_available()):
         p.error("--ncu needs the cuda target and `ncu` (Nsight Compute) on the PATH")
     rows = sweep(a.n, a.impl, B=a.batch, H=a.heads, d=a.d, causal=a.causal,

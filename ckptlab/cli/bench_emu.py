@@ -24,7 +24,7 @@ import sys
 import numpy as np
 
 from ckptlab import device, emu
-from ckptlab.cli.report import write_csv
+from ckptlab.cli.report import positive_int, writable_file, write_csv
 from ckptlab.kernels.table import SGEMM_TILE as TILE
 from ckptlab.kernels.table import WMMA_TILE
 
@@ -117,12 +117,12 @@ def format_rows(rows: list[dict]) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ckptlab bench emu", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--size", type=int, default=256, help="M = N = K (default 256)")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--size", type=positive_int, default=256, help="M = N = K (default 256)")
+    p.add_argument("--repeats", type=positive_int, default=5)
     p.add_argument("--csv", metavar="FILE", help="also write the rows as CSV ('-': stdout)")
     a = p.parse_args(argv)
-    if a.size < 1 or a.repeats < 1:
-        p.error("--size and --repeats must be >= 1")
+    if a.csv:
+        writable_file(a.csv)
     rows = run(a.size, a.repeats)
     print(format_rows(rows))
     wmma_rows = run_wmma(a.size, a.repeats)

@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from ckptlab import device, emu, kernels
 from ckptlab import reference as ref
-from ckptlab.cli.report import write_csv
+from ckptlab.cli.report import writable_file, write_csv
 from ckptlab.reference import rel_err
 
 TOL = 1e-5
@@ -162,6 +162,8 @@ def main(argv=None) -> int:
                    help=f"one small problem instead of {len(SIZES)}")
     p.add_argument("--csv", metavar="FILE", help="also write every row as CSV")
     a = p.parse_args(argv)
+    if a.csv:
+        writable_file(a.csv)
     rows = run(QUICK_SIZES if a.quick else SIZES)
     print(f"gradient checks on target {device.target()!r}")
     print(format_table(rows))

@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from tqdm import tqdm
 
 from ckptlab import device, emu, kernels, measure
 from ckptlab.cli import bench_attention
-from ckptlab.cli.report import write_csv
+from ckptlab.cli.report import positive_int, writable_folder, write_csv
 from ckptlab.measure import roofline, timemodel, traffic
 
 B, H, N, D = 64, 16, 1024, 64
@@ -219,19 +218,16 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ckptlab fig2", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="ckptlab-results", help="folder for fig2.csv")
-    p.add_argument("--repeats", type=int, default=20, help="timed repeats on a GPU")
+    p.add_argument("--repeats", type=positive_int, default=20, help="timed repeats on a GPU")
     p.add_argument("--ncu", action="store_true", help="add Nsight Compute's measured bytes")
     a = p.parse_args(argv)
-    if a.repeats < 1:
-        p.error("--repeats must be >= 1")
+    out = writable_folder(a.out)  # before the ~12 s of work
     if a.ncu and not (device.target() == "cuda" and measure.ncu_available()):
         p.error("--ncu needs the cuda target and `ncu` (Nsight Compute) on the PATH")
     rows = run(repeats=a.repeats)
     if a.ncu:
         add_measured(rows)
     print(format_table(rows))
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "fig2.csv")
     print(f"wrote {out / 'fig2.csv'}")
     return 0

@@ -71,7 +71,9 @@ def main(argv=None) -> int:
         rows = []
         for arch in args.arch or ["sm_90"]:
             rows += report(args.files or None, arch, args.backend)
-    except (CompilerNotFound, CompileError, ValueError) as e:
+    except (CompilerNotFound, ValueError) as e:  # a usage error, or no compiler: one line, 2
+        parser.error(str(e))
+    except CompileError as e:  # a kernel that does not compile: the check failed
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(format_report(rows))

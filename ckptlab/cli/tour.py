@@ -9,7 +9,8 @@ Three parts, each printed as a table and written as CSV, with the figures as PNG
    on an A100 and an H200 (and measured on a GPU), and per N the decomposition: fusion gain
    (naive / stored) x recompute gain (stored / flash) = naive / flash;
 3. the checkpoint schedules on a small model (ckptlab.cli.bench_checkpoint): peak saved bytes,
-   recompute FLOPs, time.
+   recompute FLOPs, step time with its spread; peak memory against step time and against
+   recompute FLOPs, and memory over one step on one clock (the work done so far).
 
 Sizes are chosen per target: on the emulator small enough to count every byte in about a
 minute; on a GPU larger, with CUDA-event times. --n/--batch/--heads override them.
@@ -24,7 +25,14 @@ from pathlib import Path
 
 from ckptlab import device, engine
 from ckptlab.cli import bench_attention, bench_checkpoint, check
-from ckptlab.cli.report import TooBig, check_fits, int_list, write_csv
+from ckptlab.cli.report import (
+    TooBig,
+    check_fits,
+    int_list,
+    positive_int,
+    writable_folder,
+    write_csv,
+)
 from ckptlab.engine import Tensor
 from ckptlab.measure import plots, roofline, timemodel
 from ckptlab.recompute import ledger, schedules
@@ -63,12 +71,12 @@ def part_sweep(ns, B, H, d, repeats: int) -> list[dict]:
     return bench_attention.sweep(ns, bench_attention.IMPLS, B=B, H=H, d=d, repeats=repeats)
 
 
-# Part 3: an 8-block GPT (width 64, batch 8): every schedule in ~6 s on 2 cores. A transformer,
-# not the MLP, because selective recompute only pays where cheap ops hold big activations (in a
-# ReLU MLP the matmul outputs it keeps are extra). Quick: a 4-block MLP.
-CKPT = dict(model="gpt", layers=8, width=64, batch=8, repeats=3,
+# Part 3: an 8-block GPT (width 64, batch 8): every schedule, 7 interleaved repeats, in ~10 s on
+# 2 cores. A transformer, not the MLP, because keeping matmul outputs only pays where cheap ops
+# hold big activations (in a ReLU MLP the matmul outputs it keeps are extra). Quick: an MLP.
+CKPT = dict(model="gpt", layers=8, width=64, batch=8, repeats=7,
             schedules=["none", "sqrt", "every(2)", "revolve(2)", "chen_greedy(25%)",
-                       "optimal(40%)", "selective(matmul)"])
+                       "optimal(40%)", "keep(matmul)", "recompute(attn)"])
 CKPT_QUICK = dict(model="mlp", layers=4, width=16, batch=8, repeats=1,
                   schedules=["none", "sqrt", "revolve(1)"])
 TRACED = ("none", "sqrt", "revolve(2)")  # schedules drawn in the memory-over-time figure
@@ -83,11 +91,12 @@ def part_checkpoint(c: dict) -> list[dict]:
 
 def memory_traces(c: dict) -> tuple[dict, list]:
     """Saved bytes after every acquire/release of one training step (the ledger's timeline), per
-    traced schedule; and the first one's (start, end, phase) spans."""
+    traced schedule; the hardware FLOPs done at each (one clock for all); and the first one's
+    (start, end, phase) spans."""
     m, x, y = bench_checkpoint.build(c["model"], layers=c["layers"], width=c["width"],
                                      batch=c["batch"])
     prof = m.profile(x, y)
-    traces, spans = {}, None
+    traces, clocks, spans = {}, {}, None
     for spec in [s for s in c["schedules"] if s in TRACED]:
         sched = schedules.make(spec, prof=prof)
         engine.manual_seed(0)
@@ -95,21 +104,18 @@ def memory_traces(c: dict) -> tuple[dict, list]:
         with ledger.record() as led:
             m.loss(Tensor(x), y, schedule=sched).backward()
         values, phases = led.timeline()
-        traces[sched.name] = values
+        traces[sched.name], clocks[sched.name] = values, led.flops_clock()
         spans = phases if spans is None else spans
-    return traces, spans
+    return traces, clocks, spans
 
 
 def checkpoint_figures(rows: list[dict], c: dict, out: Path) -> list[Path]:
-    """The memory-over-time trace and the peak-memory vs recompute-FLOPs Pareto plot."""
-    paths = [out / "checkpoint_memory_trace.png", out / "checkpoint_pareto.png"]
-    traces, spans = memory_traces(c)
-    plots.plot_memory_trace(traces, spans, path=paths[0])
-    points = [dict(name=r["schedule"], peak_bytes=r["measured_peak_bytes"],
-                   recompute_flops=r["hardware_flops"] - r["model_flops"])
-              for r in rows if "measured_peak_bytes" in r]
-    plots.plot_pareto(points, path=paths[1])
-    return paths
+    """Memory over one step (every schedule on the same FLOP clock); peak memory against the
+    measured step time (with its IQR) and against recompute FLOPs (bench_checkpoint.figures)."""
+    traces, clocks, spans = memory_traces(c)
+    trace = out / "checkpoint_memory_trace.png"
+    plots.plot_memory_trace(traces, spans, clocks=clocks, path=trace)
+    return [trace, *bench_checkpoint.figures(rows, out)]
 
 
 # ---------------------------------------------------------------- figures
@@ -211,21 +217,21 @@ def main(argv=None) -> int:
                    "./ckptlab-results)")
     p.add_argument("--quick", action="store_true", help="tiny sizes (seconds): for tests")
     p.add_argument("--n", type=int_list, help="sweep of N, e.g. 64,128,256")
-    p.add_argument("--batch", type=int, help="B of the sweep")
-    p.add_argument("--heads", type=int, help="H of the sweep")
-    p.add_argument("--repeats", type=int, default=20, help="timed repeats on a GPU")
+    p.add_argument("--batch", type=positive_int, help="B of the sweep")
+    p.add_argument("--heads", type=positive_int, help="H of the sweep")
+    p.add_argument("--repeats", type=positive_int, default=20, help="timed repeats on a GPU")
     a = p.parse_args(argv)
     target = device.target()
     size = dict(SIZES["quick" if a.quick else target])
     for key, value in (("ns", a.n), ("B", a.batch), ("H", a.heads)):
         if value is not None:
             size[key] = value
-    if size["B"] < 1 or size["H"] < 1 or a.repeats < 1:
-        p.error("--batch, --heads and --repeats must be >= 1")
     if len(size["ns"]) < 2:
         p.error("--n needs at least two sizes (slopes are fitted)")
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+    ns, dropped = fitting(size["ns"], size["B"], size["H"], size["d"])  # before any work
+    if len(ns) < 2:
+        p.error(f"fewer than two sizes of the sweep fit: {dropped[0]}")
+    out = writable_folder(a.out)
     t0 = time.perf_counter()
     written = []
 
@@ -237,11 +243,8 @@ def main(argv=None) -> int:
     written.append(out / "tour_checks.csv")
 
     print("\n-- 2. naive -> stored -> flash: what fusion buys, then what recompute buys --")
-    ns, dropped = fitting(size["ns"], size["B"], size["H"], size["d"])
     for reason in dropped:
         print(f"skipped: {reason}")
-    if len(ns) < 2:
-        p.error("fewer than two sizes of the sweep fit in memory")
     rows = part_sweep(ns, size["B"], size["H"], size["d"], a.repeats)
     print(bench_attention.format_table(rows))
     print(sweep_notes(rows))
@@ -273,8 +276,10 @@ def bench_checkpoint_table(rows: list[dict]) -> str:
         for r in rows if "hardware_flops" in r)]
     if rows[0].get("model") == "gpt":
         extra.append("'none' recomputes too: the model's flash attention rebuilds S = Q K^T in "
-                     "its backward; selective(matmul) keeps matmul outputs and redoes only the "
-                     "cheap ops (layernorm, gelu, attention core)")
+                     "its backward; keep(matmul) checkpoints each block but keeps its matmul "
+                     "outputs, redoing layernorm, GELU and the attention core; recompute(attn) "
+                     "(Korthikanti et al.) checkpoints nothing but the attention core, which "
+                     "flash already keeps small (O and L), so here it saves little")
     return bench_checkpoint.table(rows) + "\n" + "\n".join(extra)
 
 

@@ -6,7 +6,7 @@
 #pragma once
 #include <stdint.h>
 
-#define EMU_ABI_VERSION 3
+#define EMU_ABI_VERSION 4
 
 // ---- limits of a CUDA launch (CUDA C++ Programming Guide, "Compute Capabilities" table) ----
 #define EMU_MAX_BLOCK_THREADS 1024   // threads per block
@@ -23,6 +23,10 @@
 #define EMU_SHARED_OPTIN_LIMIT (227 * 1024)
 // Kernel arguments the emulator tracks: pointer parameters per kernel.
 #define EMU_MAX_ARGS 64
+// OS threads running the blocks of one launch (ckptlab.emu.settings(workers=...)).
+#define EMU_MAX_WORKERS 256
+// Bytes of race-check shadow per 4 bytes of memory checked (runtime.h: struct Shadow).
+#define EMU_SHADOW_BYTES 40
 
 // ---- fault kinds: emu_launch's return code and Fault.kind -----------------------------------
 enum EmuFaultKind {
@@ -53,13 +57,21 @@ enum EmuWarpOp {
 
 // ---- structures passed between Python (ctypes) and emu_launch -------------------------------
 // (named Emu*: shim.h includes this file into every kernel, whose own names must stay free)
-struct EmuBuf { uint64_t lo, size; int32_t arg, pad; };  // one kernel-argument buffer
+struct EmuBuf {                // one pointer argument
+    uint64_t lo, size;
+    int32_t arg;              // its counters' index: 0 .. EMU_MAX_ARGS - 1, in parameter order
+    int32_t param;            // its parameter index (messages name it "{argN}")
+    int32_t readonly;         // 1 for a const parameter: a write through it is an error
+    int32_t pad;
+};
 struct EmuConfig {
     int32_t counted, race_check, stack_kib, shuffle_blocks;
     double watchdog_s;
     uint64_t seed;            // of the block order when shuffle_blocks
     int32_t kernel;           // which kernel of the module (its static shared memory)
     int32_t shared_opt_in;    // 1 if max_dynamic_shared_size_bytes was raised above 48 KiB
+    int32_t workers;          // OS threads running blocks (1 = one after another)
+    int32_t pad;
 };
 struct EmuCounters {
     uint64_t read[EMU_MAX_ARGS], write[EMU_MAX_ARGS];

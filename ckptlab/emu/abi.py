@@ -14,6 +14,8 @@ _C = cdefs.read(HEADER)
 
 VERSION = _C["EMU_ABI_VERSION"]
 MAX_ARGS = _C["EMU_MAX_ARGS"]
+MAX_WORKERS = _C["EMU_MAX_WORKERS"]
+SHADOW_BYTES = _C["EMU_SHADOW_BYTES"]
 MAX_BLOCK_THREADS = _C["EMU_MAX_BLOCK_THREADS"]
 BLOCK_LIMITS = (_C["EMU_MAX_BLOCK_X"], _C["EMU_MAX_BLOCK_Y"], _C["EMU_MAX_BLOCK_Z"])
 GRID_LIMITS = (_C["EMU_MAX_GRID_X"], _C["EMU_MAX_GRID_Y"], _C["EMU_MAX_GRID_Z"])
@@ -28,14 +30,15 @@ WARP_OPS = {k: v for k, v in _C.items()
 
 class Buf(ctypes.Structure):
     _fields_ = [("lo", ctypes.c_uint64), ("size", ctypes.c_uint64), ("arg", ctypes.c_int32),
-                ("pad", ctypes.c_int32)]
+                ("param", ctypes.c_int32), ("readonly", ctypes.c_int32), ("pad", ctypes.c_int32)]
 
 
 class Config(ctypes.Structure):
     _fields_ = [("counted", ctypes.c_int32), ("race_check", ctypes.c_int32),
                 ("stack_kib", ctypes.c_int32), ("shuffle_blocks", ctypes.c_int32),
                 ("watchdog_s", ctypes.c_double), ("seed", ctypes.c_uint64),
-                ("kernel", ctypes.c_int32), ("shared_opt_in", ctypes.c_int32)]
+                ("kernel", ctypes.c_int32), ("shared_opt_in", ctypes.c_int32),
+                ("workers", ctypes.c_int32), ("pad", ctypes.c_int32)]
 
 
 class Counters(ctypes.Structure):

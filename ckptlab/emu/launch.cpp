@@ -1,220 +1,101 @@
-// launch.cpp: emu_launch (a grid, block after block), faults and signals.
-//
-//   faults   become an EmuFault the Python side raises as EmuError; the process survives:
-//            in-fiber errors switch back to the scheduler, signals (SIGSEGV, stack overflow,
-//            SIGFPE, the watchdog timer, Ctrl-C) siglongjmp back to emu_launch.
+// launch.cpp: emu_launch. Checks the launch, stages the arguments (counted mode), starts the
+// workers (the calling thread is worker 0), each of which takes the next block until the grid
+// is done or a fault stops them all, then merges the counters and copies results back.
 #include "runtime.h"
 
-#include <dlfcn.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include <cstdarg>
-#include <cstdlib>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdarg.h>
+#include <sys/mman.h>
 
 // ---- the state of a launch (runtime.h says what each is) -------------------------------------
-EmuBuiltins emu_builtins;   // threadIdx, blockIdx, blockDim, gridDim (shim.h)
-char* emu_dynamic_shared;   // the launch's dynamic shared memory (shim.h)
-char* g_arena;
-size_t g_static_by_kernel[kMaxKernels];  // static shared bytes each kernel declared
-Fiber g_fibers[kMaxThreads];
-Warp g_warps[kMaxThreads / 32];
-// __syncwarp bookkeeping for the race check: every completed __syncwarp gets an id, and
-// g_common[w][a][b] is the latest id in which lanes a and b of warp w took part together.
-uint32_t g_sync_id;
-uint32_t g_common[kMaxThreads / 32][32][32];
-uint32_t g_block_first_epoch, g_launch_first_epoch;  // epochs: newer = this block/launch
-Shadow* g_gshadow[kMaxArgs];  // per argument buffer, fresh each launch (race check)
-uint64_t* g_touched_read[kMaxArgs];
-uint64_t* g_touched_write[kMaxArgs];
-size_t g_stack_size;        // usable bytes per fiber stack
-int g_nstacks;
-void* g_sched_sp;
-Fiber* volatile g_cur;      // the running fiber, or null in the scheduler
-int g_cur_tid;
-int g_nthreads;
+Fiber* g_fibers;
+uintptr_t g_fbase;
+uint64_t g_fspan;
+int g_fshift;
+size_t g_stack_size;
+Worker* g_workers[kMaxWorkers];
+int g_nworkers;
+extern "C" {
+uintptr_t emu_fbase;  // the same as g_fbase, g_fshift and the fibers' heads, for kernels
+uint64_t emu_fshift;
+EmuHead* emu_heads;
+EmuDims emu_dims;
+}
 void (*g_launcher)(void**);
-void** g_args;
+void** g_args_array;
 Config g_cfg;
-Counters g_cnt;
+int g_nthreads;
+ArgBuf g_args[kMaxArgs];
+int g_nargs;
+Region g_regions[kMaxArgs];
+int g_nregions;
+uintptr_t g_arg_base;
+uint64_t g_arg_span;
+int g_arg_shift;
+SharedDecl g_shdecl[kMaxShared];
+int g_nshdecl;
+uint64_t g_dyn_size;
+uint64_t g_static_by_kernel[kMaxKernels];
+volatile int g_stop, g_stop_kind, g_fault_owner = -1;
 Fault g_fault;
-volatile sig_atomic_t g_failed, g_in_launch, g_interrupted;
-sigjmp_buf g_jmp;
-const Buf* g_bufs;
-int g_nbuf;
-uintptr_t g_sh_lo, g_dyn_lo;  // static arena (g_sh_size bytes in use), dynamic buffer
-size_t g_sh_size, g_dyn_size, g_dyn_cap;
-Shadow* g_shadow;
-size_t g_shadow_cap;
-uint32_t g_bepoch;          // barrier epoch: +1 per block and per released barrier
-int g_reduce_result;
-int g_n_exited, g_n_waiting;  // threads of the block that exited / wait at a barrier
-uintptr_t g_mod_lo[16], g_mod_hi[16];
-int g_nmod = -1;
 struct timespec g_t0;
 
-// ---- faults ---------------------------------------------------------------------------------
-uint64_t pc_offset(void* pc) {
-    Dl_info info;
-    if (pc && dladdr(pc, &info) && info.dli_fbase)
-        return reinterpret_cast<uintptr_t>(pc) - reinterpret_cast<uintptr_t>(info.dli_fbase);
-    return 0;
-}
-void set_fault(int kind, void* pc, const char* file, int line, const char* fmt, ...) {
-    if (g_failed) return;  // keep the first fault
-    g_failed = 1;
-    g_fault.kind = kind;
-    g_fault.block[0] = emu_builtins.block.x;
-    g_fault.block[1] = emu_builtins.block.y;
-    g_fault.block[2] = emu_builtins.block.z;
-    Fiber* f = g_cur;
-    g_fault.has_thread = f != nullptr;
-    if (f) {
-        g_fault.thread[0] = f->idx.x;
-        g_fault.thread[1] = f->idx.y;
-        g_fault.thread[2] = f->idx.z;
-    }
-    g_fault.pc = pc_offset(pc);
-    g_fault.line = line;
-    snprintf(g_fault.file, sizeof g_fault.file, "%s", file ? file : "");
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g_fault.message, sizeof g_fault.message, fmt, ap);
-    va_end(ap);
-}
-// An error found while a fiber runs: record it and leave that fiber for good.
-[[noreturn]] void abort_fiber() {
-    g_cur->state = ABORTED;
-    switch_to_scheduler();
-    __builtin_unreachable();
-}
-void describe_thread(char* out, size_t n, int t) {
-    const Fiber& f = g_fibers[t];
-    snprintf(out, n, "(%u,%u,%u)", f.idx.x, f.idx.y, f.idx.z);
-}
-
-// ---- signals: faults, the watchdog and Ctrl-C end the launch, not the process ---------------
-static const int kTickSignal = SIGRTMIN + 4;
-static const int kSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGINT};
-static struct sigaction g_old[5], g_old_tick;
-static stack_t g_old_alt;
-static char g_altstack[64 * 1024];
-static timer_t g_timer;
-static bool g_timer_ok;
-
-static double elapsed_s() {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (now.tv_sec - g_t0.tv_sec) + 1e-9 * (now.tv_nsec - g_t0.tv_nsec);
-}
-
-static pid_t g_launch_tid;
-
-static void on_signal(int sig, siginfo_t* si, void* ucv) {
-    const bool mine = g_in_launch && static_cast<pid_t>(syscall(SYS_gettid)) == g_launch_tid;
-    if (!mine) {
-        if (sig == SIGINT && g_in_launch) { g_interrupted = 1; return; }  // next tick aborts
-        if (sig == kTickSignal) return;
-        // Not ours: let the previous handler (or the default action) have it.
-        for (int i = 0; i < 5; ++i)
-            if (kSignals[i] == sig) sigaction(sig, &g_old[i], nullptr);
-        if (sig == SIGINT) raise(SIGINT);
-        return;
-    }
-    void* pc = nullptr;
-#if defined(__x86_64__)
-    pc = reinterpret_cast<void*>(static_cast<ucontext_t*>(ucv)->uc_mcontext.gregs[REG_RIP]);
-#else
-    (void)ucv;
-#endif
-    if (sig == SIGINT) {
-        g_interrupted = 1;
-        set_fault(F_INTERRUPT, nullptr, nullptr, 0, "interrupted (Ctrl-C) after %.1f s",
-                  elapsed_s());
-    } else if (sig == SIGSEGV || sig == SIGBUS) {
-        uintptr_t a = reinterpret_cast<uintptr_t>(si->si_addr);
-        Fiber* f = g_cur;
-        if (f && a >= reinterpret_cast<uintptr_t>(f->map) - (1u << 20) &&
-            a < reinterpret_cast<uintptr_t>(f->lo)) {
-            set_fault(F_STACK, pc, nullptr, 0,
-                      "fiber stack overflow: this thread used more than its %zu KiB stack "
-                      "(large local arrays?); raise it with "
-                      "ckptlab.emu.configure(stack_kib=...)",
-                      g_stack_size / 1024);
-        } else {
-            char where[256];
-            describe_address(where, sizeof where, a, 1);
-            set_fault(F_SIGNAL, pc, nullptr, 0, "invalid memory access at %p (%s): %s",
-                      si->si_addr, sig == SIGSEGV ? "SIGSEGV" : "SIGBUS", where);
-        }
-    } else if (sig == SIGFPE) {
-        set_fault(F_SIGNAL, pc, nullptr, 0,
-                  "arithmetic exception (SIGFPE): an integer division by zero? (on a GPU it "
-                  "gives garbage instead)");
-    } else if (sig == SIGILL) {
-        set_fault(F_SIGNAL, pc, nullptr, 0, "illegal instruction (SIGILL)");
-    } else if (g_interrupted) {  // the tick, after Ctrl-C reached another thread
-        set_fault(F_INTERRUPT, nullptr, nullptr, 0, "interrupted (Ctrl-C) after %.1f s",
-                  elapsed_s());
-    } else {  // the watchdog tick
-        if (elapsed_s() < g_cfg.watchdog_s) return;
-        set_fault(F_WATCHDOG, pc, nullptr, 0,
-                  "watchdog: the launch ran longer than %.1f s (an endless loop or a spin-wait "
-                  "that no other thread can release?); change the limit with "
-                  "ckptlab.emu.configure(watchdog_s=...)",
-                  g_cfg.watchdog_s);
-    }
-    siglongjmp(g_jmp, 1);
-}
-
-static void install_signals() {
-    stack_t ss{};
-    ss.ss_sp = g_altstack;
-    ss.ss_size = sizeof g_altstack;
-    sigaltstack(&ss, &g_old_alt);
-    struct sigaction sa{};
-    sa.sa_sigaction = on_signal;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < 5; ++i) sigaction(kSignals[i], &sa, &g_old[i]);
-    sigaction(kTickSignal, &sa, &g_old_tick);
-    struct sigevent sev{};
-    sev.sigev_notify = SIGEV_THREAD_ID;
-    sev.sigev_signo = kTickSignal;
-#ifdef sigev_notify_thread_id
-    sev.sigev_notify_thread_id = static_cast<pid_t>(syscall(SYS_gettid));
-#else
-    sev._sigev_un._tid = static_cast<pid_t>(syscall(SYS_gettid));
-#endif
-    g_timer_ok = timer_create(CLOCK_MONOTONIC, &sev, &g_timer) == 0;
-    if (g_timer_ok) {
-        struct itimerspec its{};
-        its.it_interval.tv_nsec = its.it_value.tv_nsec = 100 * 1000 * 1000;  // 10 ticks/s
-        timer_settime(g_timer, 0, &its, nullptr);
-    }
-}
-
-static void remove_signals() {
-    if (g_timer_ok) timer_delete(g_timer);
-    g_timer_ok = false;
-    for (int i = 0; i < 5; ++i) sigaction(kSignals[i], &g_old[i], nullptr);
-    sigaction(kTickSignal, &g_old_tick, nullptr);
-    sigaltstack(&g_old_alt, nullptr);
-}
-
-// ---- the launch -----------------------------------------------------------------------------
+static uint32_t g_grid[3];
+static uint64_t g_nblocks, g_next_block;
 static uint32_t* g_order;  // block order of a shuffled launch (kept between launches)
 static size_t g_order_cap;
 
-static int run_one_block(uint32_t x, uint32_t y, uint32_t z) {
-    emu_builtins.block = uint3{x, y, z};
-    // Poison shared memory (0xFF bytes read as NaN): reading it before writing shows.
-    if (g_sh_size) memset(reinterpret_cast<void*>(g_sh_lo), 0xFF, g_sh_size);
-    if (g_dyn_size) memset(emu_dynamic_shared, 0xFF, g_dyn_size);
-    if (!run_block()) return g_fault.kind;
-    g_cnt.threads += static_cast<uint64_t>(g_nthreads);
-    ++g_cnt.blocks;
-    return 0;
+// ---- workers ----------------------------------------------------------------------------------
+static Worker* worker(int k) {
+    if (!g_workers[k]) {
+        void* m = mmap(nullptr, sizeof(Worker), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) return nullptr;
+        g_workers[k] = static_cast<Worker*>(m);
+        g_workers[k]->index = k;
+        g_workers[k]->fibers = g_fibers + size_t(k) * kMaxThreads;
+    }
+    return g_workers[k];
+}
+
+static void start_block(Worker* w, uint64_t b) {
+    const uint3 idx{static_cast<unsigned>(b % g_grid[0]),
+                    static_cast<unsigned>(b / g_grid[0] % g_grid[1]),
+                    static_cast<unsigned>(b / g_grid[0] / g_grid[1])};
+    w->block_linear = b, w->block = idx;
+    EmuHead* heads = emu_heads + size_t(w->index) * kMaxThreads;
+    for (int t = 0; t < g_nthreads; ++t) w->fibers[t].block = idx, heads[t].block = idx;
+    poison_dynamic(w);
+}
+
+// A worker's OS thread: blocks until the grid is done or a fault stops every worker. A thread
+// that a signal stopped inside the C library may hold one of its locks (a heap arena's): it is
+// retired, parked for good after saying it is done, so that nobody waits on its lock.
+static sem_t g_done;
+
+static void* worker_main(void* arg) {
+    Worker* w = static_cast<Worker*>(arg);
+    worker_signals(w, true);
+    bool retire = false;
+    if (sigsetjmp(w->jmp, 1) == 0) {
+        while (!g_stop) {
+            const uint64_t i = __atomic_fetch_add(&g_next_block, 1, __ATOMIC_RELAXED);
+            if (i >= g_nblocks) break;
+            start_block(w, g_cfg.shuffle_blocks ? g_order[i] : i);
+            if (!run_block(w)) break;
+            w->cnt.threads += static_cast<uint64_t>(g_nthreads);
+            ++w->cnt.blocks;
+        }
+    } else {
+        retire = w->pending_retire;
+        record_pending_fault(w);  // arrived from a signal handler
+    }
+    w->cur = nullptr;
+    worker_signals(w, false);  // from here on no signal reaches this thread
+    sem_post(&g_done);
+    while (retire) pause();
+    return nullptr;
 }
 
 static uint64_t splitmix64(uint64_t& state) {
@@ -224,135 +105,167 @@ static uint64_t splitmix64(uint64_t& state) {
     return z ^ (z >> 31);
 }
 
-static int run_grid(const uint32_t* grid) {
-    const uint64_t n = uint64_t(grid[0]) * grid[1] * grid[2];
-    if (!g_cfg.shuffle_blocks) {  // blockIdx.x fastest, as a GPU numbers them
-        for (uint32_t z = 0; z < grid[2]; ++z)
-            for (uint32_t y = 0; y < grid[1]; ++y)
-                for (uint32_t x = 0; x < grid[0]; ++x)
-                    if (int rc = run_one_block(x, y, z)) return rc;
-        return 0;
-    }
-    // A GPU runs blocks in no promised order: a shuffled order shows what depends on it
-    // (atomicAdd into one float sums in a different order: different rounding, run to run).
+// A GPU runs blocks in no promised order: a shuffled order shows what depends on it (atomicAdd
+// into one float sums in a different order: different rounding, run to run).
+static bool shuffle_order() {
+    const uint64_t n = g_nblocks;
     if (n > (1u << 26)) {
-        set_fault(F_CONFIG, nullptr, nullptr, 0, "shuffled block order: at most %u blocks",
-                  1u << 26);
-        return F_CONFIG;
+        set_fault(nullptr, F_CONFIG, nullptr, nullptr, 0,
+                  "shuffled block order: at most %u blocks", 1u << 26);
+        return false;
     }
     if (n > g_order_cap) {
         free(g_order);
         g_order = static_cast<uint32_t*>(malloc(n * sizeof(uint32_t)));
         g_order_cap = g_order ? n : 0;
-        if (!g_order) return F_CONFIG;
+        if (!g_order) return false;
     }
     for (uint64_t i = 0; i < n; ++i) g_order[i] = static_cast<uint32_t>(i);
     uint64_t state = g_cfg.seed;
     for (uint64_t i = n - 1; i > 0; --i) {  // Fisher-Yates
-        uint64_t j = splitmix64(state) % (i + 1);
-        uint32_t tmp = g_order[i];
-        g_order[i] = g_order[j];
-        g_order[j] = tmp;
+        const uint64_t j = splitmix64(state) % (i + 1);
+        std::swap(g_order[i], g_order[j]);
     }
-    for (uint64_t i = 0; i < n; ++i) {
-        const uint32_t b = g_order[i];
-        if (int rc = run_one_block(b % grid[0], b / grid[0] % grid[1], b / grid[0] / grid[1]))
-            return rc;
+    return true;
+}
+
+// ---- the launch -------------------------------------------------------------------------------
+static int refuse(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+static int refuse(const char* fmt, ...) {
+    char text[sizeof g_fault.message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    set_fault(nullptr, F_CONFIG, nullptr, nullptr, 0, "%s", text);
+    return F_CONFIG;
+}
+
+static int prepare(const uint32_t* grid, const uint32_t* block, uint64_t shared_bytes,
+                   const Buf* bufs, int nbuf, void** args) {
+    const uint64_t n = uint64_t(block[0]) * block[1] * block[2];
+    if (n == 0 || n > kMaxThreads)
+        return refuse("block of %llu threads (1..%d allowed)", (unsigned long long)n, kMaxThreads);
+    if (nbuf > kMaxArgs)
+        return refuse("%d pointer parameters; the emulator tracks at most %d", nbuf, kMaxArgs);
+    g_nblocks = uint64_t(grid[0]) * grid[1] * grid[2];
+    g_nworkers = g_cfg.workers < 1 ? 1 : (g_cfg.workers > kMaxWorkers ? kMaxWorkers
+                                                                       : g_cfg.workers);
+    if (uint64_t(g_nworkers) > g_nblocks) g_nworkers = static_cast<int>(g_nblocks);
+    const size_t stack = size_t(g_cfg.stack_kib > 0 ? g_cfg.stack_kib : 64) * 1024;
+    if (!ensure_fibers(g_nworkers, static_cast<int>(n), stack))
+        return refuse("could not map %llu fiber stacks of %zu KiB",
+                      (unsigned long long)(n * g_nworkers), stack / 1024);
+    g_nthreads = static_cast<int>(n);
+    for (int i = 0; i < 3; ++i) g_grid[i] = grid[i];
+    emu_dims.block_dim = dim3(block[0], block[1], block[2]);
+    emu_dims.grid_dim = dim3(grid[0], grid[1], grid[2]);
+    if (shared_bytes > kShMaxObj)
+        return refuse("%llu bytes of dynamic shared memory: at most %zu",
+                      (unsigned long long)shared_bytes, kShMaxObj);
+    g_dyn_size = shared_bytes;
+    const size_t k = static_cast<size_t>(g_cfg.kernel) % kMaxKernels;
+    if (g_static_by_kernel[k] + shared_bytes >
+        (g_cfg.shared_opt_in ? EMU_SHARED_OPTIN_LIMIT : EMU_SHARED_STATIC_LIMIT))
+        return refuse("shared memory over a GPU's limit: %llu bytes static + %llu dynamic (at "
+                      "most 48 KiB together unless max_dynamic_shared_size_bytes is raised; "
+                      "227 KiB then, on an H100)", (unsigned long long)g_static_by_kernel[k],
+                      (unsigned long long)shared_bytes);
+    for (int kw = 0; kw < g_nworkers; ++kw) {
+        Worker* w = worker(kw);
+        if (!w || !ensure_arena(w, g_cfg.race_check && g_cfg.counted))
+            return refuse("out of memory for %d workers' shared memory", g_nworkers);
+        memset(&w->cnt, 0, sizeof w->cnt);
+        w->cur = nullptr, w->tid = 0, w->busy = 0;
+        EmuHead* heads = emu_heads + size_t(kw) * kMaxThreads;
+        for (int t = 0; t < g_nthreads; ++t) {
+            Fiber& f = w->fibers[t];
+            f.idx = uint3{static_cast<unsigned>(t % block[0]),
+                          static_cast<unsigned>(t / block[0] % block[1]),
+                          static_cast<unsigned>(t / (block[0] * block[1]))};
+            f.w = w, f.tid = t;
+            heads[t].idx = f.idx;
+        }
     }
+    if (!stage_args(bufs, nbuf, args)) return refuse("could not stage %d arguments", nbuf);
+    if (g_cfg.counted && !alloc_touched())
+        return refuse("out of memory for the unique-byte bitmaps");
+    for (int i = 0; i < g_nargs && g_cfg.race_check && g_cfg.counted; ++i) {
+        g_args[i].shadow = static_cast<Shadow*>(calloc((g_args[i].size + 3) / 4 + 1,
+                                                       sizeof(Shadow)));
+        if (!g_args[i].shadow)
+            return refuse("out of memory for the race check of %llu bytes",
+                          (unsigned long long)g_args[i].size);
+    }
+    if (g_cfg.shuffle_blocks && !shuffle_order()) return F_CONFIG;
     return 0;
 }
+
+static void finish(Counters* out) {
+    memset(out, 0, sizeof *out);
+    for (int k = 0; k < g_nworkers; ++k) {  // sums: the same whatever worker ran what
+        const Counters& c = g_workers[k]->cnt;
+        for (int i = 0; i < kMaxArgs; ++i) {
+            out->read[i] += c.read[i], out->write[i] += c.write[i];
+            out->atomic_ops[i] += c.atomic_ops[i], out->atomic_bytes[i] += c.atomic_bytes[i];
+        }
+        out->shared_read += c.shared_read, out->shared_write += c.shared_write;
+        out->shared_atomics += c.shared_atomics;
+        out->threads += c.threads, out->blocks += c.blocks;
+    }
+    count_touched(*out);
+    for (int i = 0; i < g_nargs; ++i) free(g_args[i].shadow), g_args[i].shadow = nullptr;
+    unstage_args();
+    g_nargs = 0;  // the argument buffers belong to the caller: forget them
+}
+
+__attribute__((constructor)) static void init_semaphore() { sem_init(&g_done, 0, 0); }
 
 EMU_API int emu_launch(void (*launcher)(void**), void** args, const uint32_t* grid,
                        const uint32_t* block, uint64_t shared_bytes, const Buf* bufs, int nbuf,
                        const Config* cfg, Counters* out) {
     memset(&g_fault, 0, sizeof g_fault);
-    memset(&g_cnt, 0, sizeof g_cnt);
-    g_failed = 0;
-    g_interrupted = 0;
-    g_cur = nullptr;
+    g_fault_owner = -1;
+    g_stop = 0;
+    g_stop_kind = 0;
+    g_nworkers = 0, g_nargs = 0;
     g_cfg = *cfg;
-    const uint64_t n = uint64_t(block[0]) * block[1] * block[2];
-    if (n == 0 || n > kMaxThreads || nbuf > kMaxArgs) {
-        set_fault(F_CONFIG, nullptr, nullptr, 0, "block of %llu threads (1..%d allowed)",
-                  (unsigned long long)n, kMaxThreads);
-        return F_CONFIG;
+    g_launcher = launcher, g_args_array = args;
+    find_module_ranges();
+    int rc = prepare(grid, block, shared_bytes, bufs, nbuf, args);
+    if (rc) {
+        finish(out);
+        return rc;
     }
-    size_t stack = size_t(cfg->stack_kib > 0 ? cfg->stack_kib : 64) * 1024;
-    if (!ensure_stacks(static_cast<int>(n), stack)) {
-        set_fault(F_CONFIG, nullptr, nullptr, 0, "could not map %llu fiber stacks of %zu KiB",
-                  (unsigned long long)n, stack / 1024);
-        return F_CONFIG;
-    }
-    if (g_nmod < 0) find_module_ranges();
-    g_launcher = launcher, g_args = args, g_bufs = bufs, g_nbuf = nbuf;
-    g_nthreads = static_cast<int>(n);
-    emu_builtins.block_dim = dim3(block[0], block[1], block[2]);
-    emu_builtins.grid_dim = dim3(grid[0], grid[1], grid[2]);
-    for (int t = 0; t < g_nthreads; ++t) {
-        g_fibers[t].idx = uint3{static_cast<unsigned>(t % block[0]),
-                                static_cast<unsigned>(t / block[0] % block[1]),
-                                static_cast<unsigned>(t / (block[0] * block[1]))};
-    }
-    // Shared memory: the static section of this module and the dynamic buffer of this launch.
-    if (shared_bytes > g_dyn_cap) {
-        free(emu_dynamic_shared);
-        emu_dynamic_shared = static_cast<char*>(aligned_alloc(128, (shared_bytes + 127) & ~127ull));
-        g_dyn_cap = emu_dynamic_shared ? shared_bytes : 0;
-    }
-    g_dyn_lo = reinterpret_cast<uintptr_t>(emu_dynamic_shared);
-    g_dyn_size = shared_bytes;
-    const size_t k = static_cast<size_t>(cfg->kernel) % kMaxKernels;
-    if (g_static_by_kernel[k] + shared_bytes >
-        (cfg->shared_opt_in ? EMU_SHARED_OPTIN_LIMIT : EMU_SHARED_STATIC_LIMIT)) {
-        set_fault(F_CONFIG, nullptr, nullptr, 0,
-                  "shared memory over a GPU's limit: %zu bytes static + %llu dynamic (at most "
-                  "48 KiB together unless max_dynamic_shared_size_bytes is raised; 227 KiB "
-                  "then, on an H100)",
-                  g_static_by_kernel[k], (unsigned long long)shared_bytes);
-        return F_CONFIG;
-    }
-    size_t shadow = (kArena + g_dyn_size + 3) / 4;  // calloc'd pages stay untouched until used
-    if (cfg->race_check && shadow > g_shadow_cap) {
-        free(g_shadow);
-        g_shadow = static_cast<Shadow*>(calloc(shadow, sizeof(Shadow)));
-        g_shadow_cap = g_shadow ? shadow : 0;
-        g_bepoch = 0;
-    }
-    if (shadow > g_shadow_cap) g_cfg.race_check = 0;  // no shadow memory: no race check
-    if (cfg->race_check && g_bepoch > 0xF0000000u) {  // epochs about to wrap: start afresh
-        memset(g_shadow, 0, g_shadow_cap * sizeof(Shadow));
-        g_bepoch = 0;
-    }
-    g_launch_first_epoch = g_bepoch + 1;
-    for (int i = 0; i < g_nbuf; ++i) {  // global memory's shadow, one per argument buffer
-        if (g_cfg.race_check && g_cfg.counted)
-            g_gshadow[i] = static_cast<Shadow*>(calloc((bufs[i].size + 3) / 4, sizeof(Shadow)));
-    }
-    if (g_cfg.counted && !alloc_touched(nbuf)) {
-        set_fault(F_CONFIG, nullptr, nullptr, 0, "out of memory for the unique-byte bitmaps");
-        count_touched(g_cnt);
-        for (int i = 0; i < kMaxArgs; ++i) free(g_gshadow[i]), g_gshadow[i] = nullptr;
-        return F_CONFIG;
-    }
-
+    reset_stripes();
+    reset_heap_lock();
+    g_next_block = 0;
     clock_gettime(CLOCK_MONOTONIC, &g_t0);
-    g_launch_tid = static_cast<pid_t>(syscall(SYS_gettid));
-    install_signals();
-    int rc;
-    if (sigsetjmp(g_jmp, 1) == 0) {
-        g_in_launch = 1;
-        rc = run_grid(grid);
-    } else {
-        rc = g_fault.kind ? g_fault.kind : F_SIGNAL;  // arrived from a signal handler
+    // This thread supervises (the watchdog's timer ticks here); the workers run the blocks.
+    install_signals(0);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int started = 0;
+    for (; started < g_nworkers; ++started) {
+        pthread_t thread;
+        if (pthread_create(&thread, &attr, worker_main, g_workers[started])) break;
     }
-    g_in_launch = 0;
-    g_cur = nullptr;
+    pthread_attr_destroy(&attr);
+    if (!started) {
+        set_fault(nullptr, F_CONFIG, nullptr, nullptr, 0, "could not start a worker thread");
+    } else if (started < g_nworkers) {
+        request_stop(0);  // the ones that started stop at once; no fault: those blocks ran
+    }
+    for (int done = 0; done < started;)
+        if (sem_wait(&g_done) == 0) ++done;  // else EINTR: a timer tick
+    const int kind = g_stop_kind;
     remove_signals();
-    for (int i = 0; i < kMaxArgs; ++i) free(g_gshadow[i]), g_gshadow[i] = nullptr;
-    count_touched(g_cnt);
-    g_nbuf = 0;  // the argument buffers belong to the caller: forget them
-    *out = g_cnt;
-    return rc;
+    if (g_fault_owner < 0 && kind)  // asked to stop, and it ended before a thread could say where
+        set_fault(nullptr, kind, nullptr, nullptr, 0, kind == F_WATCHDOG
+                  ? "watchdog: the launch ran longer than the limit" : "interrupted (Ctrl-C)");
+    finish(out);
+    return g_fault_owner >= 0 ? g_fault.kind : 0;
 }
 
 EMU_API const Fault* emu_fault() { return &g_fault; }
@@ -367,10 +280,11 @@ EMU_API const char* emu_abi_layout() {
 #define EMU_FIELD(S, f)                                                                       \
     n += snprintf(out + n, sizeof out - n, "%s%s.%s@%zu+%zu", n ? "," : "", #S, #f,         \
                   offsetof(S, f), sizeof(((S*)nullptr)->f))
-    EMU_FIELD(Buf, lo); EMU_FIELD(Buf, size); EMU_FIELD(Buf, arg);
+    EMU_FIELD(Buf, lo); EMU_FIELD(Buf, size); EMU_FIELD(Buf, arg); EMU_FIELD(Buf, param);
+    EMU_FIELD(Buf, readonly);
     EMU_FIELD(Config, counted); EMU_FIELD(Config, race_check); EMU_FIELD(Config, stack_kib);
     EMU_FIELD(Config, shuffle_blocks); EMU_FIELD(Config, watchdog_s); EMU_FIELD(Config, seed);
-    EMU_FIELD(Config, kernel); EMU_FIELD(Config, shared_opt_in);
+    EMU_FIELD(Config, kernel); EMU_FIELD(Config, shared_opt_in); EMU_FIELD(Config, workers);
     EMU_FIELD(Counters, read); EMU_FIELD(Counters, write); EMU_FIELD(Counters, atomic_ops);
     EMU_FIELD(Counters, atomic_bytes); EMU_FIELD(Counters, unique_read);
     EMU_FIELD(Counters, unique_write); EMU_FIELD(Counters, shared_read);

@@ -43,6 +43,31 @@ def _next_seed() -> int:
     return _seeds.getrandbits(64) if seed is None else seed
 
 
+SHADOW_PER_BYTE = abi.SHADOW_BYTES / 4  # the race check: one Shadow per 4 argument bytes
+
+
+def launch_memory_bytes(arrays, race_check) -> int:
+    """Memory a counted launch allocates beside its arguments: a staged copy of each (to check
+    accesses against it), two unique-byte bitmaps (a bit per byte each), and with the race
+    check a shadow entry per 4 bytes. race_check=None: fast mode, nothing."""
+    if race_check is None:
+        return 0
+    total = sum(a.nbytes for a in arrays)
+    return int(total * (1 + 0.25 + (SHADOW_PER_BYTE if race_check else 0)))
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (None where unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 class EmuArgumentError(EmuError, TypeError):
     """Arguments that don't match the kernel's parameters (also a TypeError)."""
 
@@ -117,7 +142,12 @@ class RawModule:
     def _library(self, mode: str):
         if mode not in self._libs:
             path = build_module(self.code, self.name, self._expressions, self.options, mode)
-            lib = ctypes.CDLL(str(path))
+            try:
+                lib = ctypes.CDLL(str(path))
+            except OSError:  # damaged in a way its ELF headers do not show: build it again
+                path.unlink(missing_ok=True)
+                path = build_module(self.code, self.name, self._expressions, self.options, mode)
+                lib = ctypes.CDLL(str(path))
             abi.check_library(lib, path)
             lib.emu_launch.restype = ctypes.c_int
             lib.emu_launch.argtypes = [
@@ -164,13 +194,15 @@ class Kernel:
         return EmuArgumentError(f"{self.name}: {msg}", kind="argument", kernel=self.name)
 
     def _dims(self, value, what: str, limits) -> tuple:
-        if isinstance(value, (int, np.integer)):
-            value = (int(value),)
-        try:
-            dims = tuple(int(v) for v in value)
-        except TypeError:
+        def integer(v):
+            return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+        if integer(value):
+            value = (value,)
+        if not isinstance(value, (tuple, list)) or not all(integer(v) for v in value):
             raise self._error(f"{what} must be an int or a tuple of 1 to 3 ints, got "
-                              f"{value!r}") from None
+                              f"{value!r}")
+        dims = tuple(int(v) for v in value)
         if not 1 <= len(dims) <= 3:
             raise self._error(f"{what} must have 1 to 3 dimensions, got {dims}")
         dims = dims + (1,) * (3 - len(dims))
@@ -187,6 +219,10 @@ class Kernel:
             want = ", ".join(f"{t} {n}" for t, n in self.params) or "none"
             raise self._error(f"takes {len(self.param_types)} arguments ({want}), got "
                               f"{len(args)}")
+        pointers = sum(t.endswith("*") for t in self.param_types)
+        if pointers > abi.MAX_ARGS:
+            raise self._error(f"has {pointers} pointer parameters; the emulator tracks at most "
+                              f"{abi.MAX_ARGS} (EMU_MAX_ARGS in ckptlab/emu/abi.h)")
         keep, bufs = [], []
         ptrs = (ctypes.c_void_p * max(1, len(args)))()
         for i, ((ctype, pname), value) in enumerate(zip(self.params, args, strict=True)):
@@ -212,11 +248,11 @@ class Kernel:
                 if vec and (value.nbytes % vec or value.ctypes.data % vec):
                     raise self._error(f"{where} needs a size and address that are multiples "
                                       f"of {vec} bytes")
-                holder = ctypes.c_void_p(value.ctypes.data)
+                holder = ctypes.c_void_p(value.ctypes.data)  # counted mode: the staged copy's
                 keep += [value, holder]
                 ptrs[i] = ctypes.addressof(holder)
-                if value.nbytes:
-                    bufs.append((value.ctypes.data, value.nbytes, i))
+                bufs.append(abi.Buf(value.ctypes.data, value.nbytes, len(bufs), i,
+                                    int(ctype.startswith("const")), 0))
             else:
                 want = DTYPES.get(ctype)
                 if want is None or ctype in VECTOR_BYTES:
@@ -232,7 +268,7 @@ class Kernel:
                 holder = np.array(value, dtype=want)
                 keep.append(holder)
                 ptrs[i] = holder.ctypes.data
-        cbufs = (abi.Buf * max(1, len(bufs)))(*[abi.Buf(lo, n, a, 0) for lo, n, a in bufs])
+        cbufs = (abi.Buf * max(1, len(bufs)))(*bufs)
         return ptrs, keep, cbufs, len(bufs)
 
     def __call__(self, grid, block, args, *, shared_mem=0, stream=None,
@@ -253,11 +289,12 @@ class Kernel:
                 "kernel.max_dynamic_shared_size_bytes raised first (e.g. up to 227 KiB on H100)")
         ptrs, keep, cbufs, nbuf = self._pack(args)
         s = config.current()
+        self._check_memory(args, s)
         lib, path = self.module._library(s.mode)
         cfg = abi.Config(int(s.mode == "counted"), int(s.race_check), int(s.stack_kib),
-                      int(s.block_order == "shuffled"), float(s.watchdog_s),
-                      _next_seed() if s.block_order == "shuffled" else 0, self.index,
-                      int(self.max_dynamic_shared_size_bytes > DEFAULT_SHARED_LIMIT))
+                         int(s.block_order == "shuffled"), float(s.watchdog_s),
+                         _next_seed() if s.block_order == "shuffled" else 0, self.index,
+                         int(self.max_dynamic_shared_size_bytes > DEFAULT_SHARED_LIMIT), 1, 0)
         counters = abi.Counters()
         launcher = ctypes.cast(getattr(lib, f"emu_launch_{self.index}"), ctypes.c_void_p)
         with _LAUNCH_LOCK:
@@ -272,17 +309,33 @@ class Kernel:
         launch = Launch(kernel=self.name, module=self.module.name, grid=grid, block=block,
                         shared_mem=shared_mem, mode=s.mode, seconds=seconds,
                         threads=counters.threads, blocks=counters.blocks)
-        if s.mode == "counted":
+        if s.mode == "counted":  # counters are indexed by pointer parameter: 0, 1, ...
+            names = [n for t, n in self.params if t.endswith("*")]
             launch.args = {
                 n: ArgTraffic(counters.read[i], counters.write[i], counters.atomic_ops[i],
                               counters.atomic_bytes[i], counters.unique_read[i],
                               counters.unique_write[i])
-                for i, (t, n) in enumerate(self.params) if t.endswith("*")}
+                for i, n in enumerate(names)}
             launch.shared_read_bytes = counters.shared_read
             launch.shared_write_bytes = counters.shared_write
             launch.shared_atomics = counters.shared_atomics
         _publish(launch)
         return launch
+
+    def _check_memory(self, args, s: config.Settings) -> None:
+        arrays = [a for (t, _), a in zip(self.params, args, strict=True) if t.endswith("*")]
+        need = launch_memory_bytes(arrays, s.race_check if s.mode == "counted" else None)
+        have = available_memory_bytes()
+        if have is not None and need > have:
+            mib = 1 << 20
+            what = "the race check's shadow memory" if s.race_check else "staged copies"
+            raise EmuError(
+                f"{self.name}: this launch needs about {need / mib:,.0f} MiB for {what} "
+                f"(counted mode: a copy of each argument, 1/4 of it for the unique-byte "
+                f"bitmaps, and with the race check {SHADOW_PER_BYTE:g} bytes per argument "
+                f"byte), and {have / mib:,.0f} MiB are available; run it with "
+                f"emu.settings(race_check=False) or mode='fast', or smaller sizes",
+                kind="config", kernel=self.name)
 
     def _fault(self, f: abi.Fault, library: Path) -> BaseException:
         kind = abi.FAULT_NAMES.get(f.kind, "fault")

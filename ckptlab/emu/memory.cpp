@@ -1,229 +1,45 @@
 // memory.cpp: what the kernel file's loads, stores and atomics go through.
 //
-//   hooks        __tsan_{read,write}N: GCC calls them before every memory access of the kernel
-//                file; they classify the address (kernel argument, shared, own stack, module
-//                data), count bytes per argument, and check bounds and races.
-//   arena        the module's static shared memory, one place per __shared__ declaration.
+//   hooks     __tsan_{read,write}N: GCC calls them before every memory access of the kernel
+//             file. Each address is classified by the object it lies in (objects.cpp): a
+//             shared array (the worker's arena slot), a kernel argument (its staged region's
+//             slot), the thread's own stack, a __device__ variable, a device malloc block or the
+//             module's own data; then bounds, const, alignment, counts and races are checked.
+//   atomics   real atomics (workers run at once), counted here: the runtime is not
+//             instrumented, so they do not pass through the hooks.
 #include "runtime.h"
 
-#include <dlfcn.h>
-#include <link.h>
-#include <sys/mman.h>
-
-// ---- static shared memory ------------------------------------------------------------------
-extern "C" void* emu_shared_alloc(size_t size, size_t align) {
-    if (!g_arena) {
-        void* m = mmap(nullptr, kArena, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (m == MAP_FAILED) abort();
-        g_arena = static_cast<char*>(m);
-        g_sh_lo = reinterpret_cast<uintptr_t>(g_arena);
-    }
-    size_t at = (g_sh_size + align - 1) / align * align;
-    if (at + size > kArena) {
-        set_fault(F_CONFIG, nullptr, nullptr, 0,
-                  "the module's __shared__ declarations need more than %zu KiB in all",
-                  kArena / 1024);
-        if (g_cur) abort_fiber();
-        abort();
-    }
-    memset(g_arena + at, 0xFF, size);  // poisoned, like every block's shared memory
-    g_sh_size = at + size;
-    // A GPU's limits, which the first run of each declaration reveals: static shared memory of
-    // at most 48 KiB a kernel, and static + dynamic within 48 KiB unless the kernel opted in
-    // (then the H100's 227 KiB). A device function's __shared__ counts for the first kernel
-    // that runs it.
-    const size_t k = static_cast<size_t>(g_cfg.kernel) % kMaxKernels;
-    g_static_by_kernel[k] += size;
-    const size_t total = g_static_by_kernel[k] + g_dyn_size;
-    const size_t limit = g_cfg.shared_opt_in ? EMU_SHARED_OPTIN_LIMIT : EMU_SHARED_STATIC_LIMIT;
-    if (g_cur && (g_static_by_kernel[k] > EMU_SHARED_STATIC_LIMIT || total > limit)) {
-        set_fault(F_CONFIG, __builtin_return_address(0), nullptr, 0,
-                  "shared memory over a GPU's limit: %zu bytes static + %zu dynamic; a kernel "
-                  "may have 48 KiB of static shared memory (ptxas refuses more), and static + "
-                  "dynamic within 48 KiB unless max_dynamic_shared_size_bytes is raised",
-                  g_static_by_kernel[k], g_dyn_size);
-        abort_fiber();
-    }
-    return g_arena + at;
-}
-
-// ---- memory classification, counting, bounds and race checks -------------------------------
-void find_module_ranges() {
-    g_nmod = 0;
-    dl_iterate_phdr(
-        [](struct dl_phdr_info* info, size_t, void*) -> int {
-            uintptr_t self = reinterpret_cast<uintptr_t>(&emu_builtins);
-            for (int pass = 0; pass < 2; ++pass) {
-                bool mine = false;
-                for (int i = 0; i < info->dlpi_phnum; ++i) {
-                    const auto& ph = info->dlpi_phdr[i];
-                    if (ph.p_type != PT_LOAD) continue;
-                    uintptr_t lo = info->dlpi_addr + ph.p_vaddr, hi = lo + ph.p_memsz;
-                    if (pass == 0) mine |= self >= lo && self < hi;
-                    else if (g_nmod < 16) g_mod_lo[g_nmod] = lo, g_mod_hi[g_nmod++] = hi;
-                }
-                if (!mine) return 0;
-            }
-            return 1;
-        },
-        nullptr);
-}
-
-void describe_address(char* out, size_t n, uintptr_t a, size_t size) {
-    // Nearest argument buffer, for "16 bytes past the end of argument {arg3}" ({argN}: Python
-    // substitutes the parameter name).
-    long best = -1;
-    long long dist = 0;
-    for (int i = 0; i < g_nbuf; ++i) {
-        uintptr_t lo = g_bufs[i].lo, hi = lo + g_bufs[i].size;
-        long long d = a < lo ? static_cast<long long>(a) - static_cast<long long>(lo)
-                             : static_cast<long long>(a + size) - static_cast<long long>(hi);
-        if (a >= lo && a < hi) d = static_cast<long long>(a + size - hi);
-        if (best < 0 || llabs(d) < llabs(dist)) best = i, dist = d;
-    }
-    if (best >= 0 && llabs(dist) <= (1ll << 20)) {
-        if (dist < 0)
-            snprintf(out, n, "%lld bytes before the start of argument {arg%d}", -dist,
-                     g_bufs[best].arg);
-        else
-            snprintf(out, n, "ending %lld bytes past the end of argument {arg%d} (%llu bytes)",
-                     dist, g_bufs[best].arg, (unsigned long long)g_bufs[best].size);
-    } else {
-        snprintf(out, n, "not inside any kernel argument, shared memory or the thread's stack");
-    }
-}
-
-[[noreturn]] __attribute__((noinline, cold)) static void bad_access(uintptr_t a, size_t size,
-                                                                bool write, void* pc) {
-    char where[256];
-    describe_address(where, sizeof where, a, size);
-    set_fault(F_ACCESS, pc, nullptr, 0, "out-of-bounds %s of %zu bytes at %p: %s",
-              write ? "write" : "read", size, reinterpret_cast<void*>(a), where);
-    abort_fiber();
-}
-
-// Race check. The shadow holds, per 4-byte granule, the last writer and the readers of the
-// current barrier epoch, and which bytes of the granule they touched. Epochs count up through
-// the launch (+1 per block and per released barrier), so an older epoch of this block was
-// ordered by a __syncthreads, and an epoch older than the block's first is another block's.
-// A conflict (write against anything, read against a write, atomic against plain):
-//   shared memory  another thread of the block in the same epoch, unless both lanes of one
-//                  warp took part in a __syncwarp since the earlier access;
-//   global memory  the same, or any other block of this launch: blocks run in no promised
-//                  order (or at once) on a GPU, so only atomics may touch what another writes.
-static bool ordered(int other_tid, uint32_t other_sync) {
-    const int t = g_cur_tid;
-    return other_tid == t || (other_tid / 32 == t / 32 &&
-                              g_common[t / 32][t % 32][other_tid % 32] > other_sync);
-}
-
-static bool readers_ordered(const Shadow& s) {
-    const int t = g_cur_tid;
-    if (s.r_warp == kManyWarps) return false;  // a reader in another warp, no barrier since
-    if (s.r_warp != t / 32) return false;
-    for (int lane = 0; lane < 32; ++lane)  // every reader lane synced with us since its read
-        if (((s.r_lanes >> lane) & 1u) && lane != t % 32 &&
-            !(g_common[t / 32][t % 32][lane] > s.r_sync))
-            return false;
-    return true;
-}
-
-[[noreturn]] static void race(const char* space, size_t byte, int arg, const char* mine,
-                              const char* theirs, int other_tid, bool other_block, void* pc) {
-    char where[64], who[64] = "another thread";
-    if (arg >= 0) snprintf(where, sizeof where, "byte +%zu of argument {arg%d}", byte, arg);
-    else snprintf(where, sizeof where, "shared byte +%zu", byte);
-    if (other_block) {
-        snprintf(who, sizeof who, "another block");
-    } else if (other_tid >= 0) {
-        strcpy(who, "thread ");
-        describe_thread(who + 7, sizeof who - 7, other_tid);
-    }
-    set_fault(F_RACE, pc, nullptr, 0, "%s-memory race: this thread %s %s, which %s %s earlier %s",
-              space, mine, where, who, theirs,
-              other_block ? "in this launch (blocks run in no fixed order on a GPU: use "
-                            "atomics, or give each element one writer)"
-                          : "with no __syncthreads in between");
-    abort_fiber();
-}
-
-// kind: 0 read, 1 write, 2 atomic. arg: the argument index (global memory) or -1 (shared).
-__attribute__((noinline)) static void race_check(Shadow* shadow, size_t off, size_t size,
-                                                 int kind, int arg, void* pc) {
-    const uint16_t t = static_cast<uint16_t>(g_cur_tid);
-    const uint32_t epoch = g_bepoch, mine = g_block_first_epoch;
-    const uint32_t oldest = arg >= 0 ? g_launch_first_epoch : mine;  // older entries: stale
-    const bool write = kind != 0, atomic = kind == 2;
-    const char* space = arg >= 0 ? "global" : "shared";
-    const char* verb = atomic ? "updates atomically" : (write ? "writes" : "reads");
-    for (size_t g = off / 4; g <= (off + size - 1) / 4; ++g) {
-        const size_t lo = g * 4 > off ? g * 4 : off;
-        const size_t hi = g * 4 + 4 < off + size ? g * 4 + 4 : off + size;
-        const uint8_t m = static_cast<uint8_t>(((1u << (hi - lo)) - 1) << (lo - g * 4));
-        Shadow& s = shadow[g];
-        if (s.w_epoch >= oldest && (s.w_bytes & m) && !(atomic && s.w_atomic)) {
-            const char* theirs = s.w_atomic ? "updated atomically" : "wrote";
-            if (s.w_epoch < mine) race(space, lo, arg, verb, theirs, -1, true, pc);
-            if (s.w_epoch == epoch && !ordered(s.w_tid, s.w_sync))
-                race(space, lo, arg, verb, theirs, s.w_tid, false, pc);
-        }
-        if (write && s.r_epoch >= oldest && (s.r_bytes & m)) {
-            if (s.r_epoch < mine) race(space, lo, arg, verb, "read", -1, true, pc);
-            if (s.r_epoch == epoch && !readers_ordered(s))
-                race(space, lo, arg, verb, "read", s.r_warp == t / 32 && __builtin_popcount(
-                     s.r_lanes) == 1 ? t - t % 32 + __builtin_ctz(s.r_lanes) : -1, false, pc);
-        }
-        if (write && s.r_other >= oldest && s.r_other < mine)
-            race(space, lo, arg, verb, "read", -1, true, pc);
-        if (write) {
-            if (s.w_epoch == epoch && s.w_tid == t) s.w_bytes |= m;
-            else s.w_epoch = epoch, s.w_tid = t, s.w_bytes = m;
-            s.w_sync = g_sync_id;
-            s.w_atomic = atomic;
-        } else if (s.r_epoch != epoch) {
-            if (s.r_epoch >= oldest && s.r_epoch < mine) s.r_other = s.r_epoch;
-            s.r_epoch = epoch, s.r_warp = t / 32, s.r_lanes = 1u << (t % 32);
-            s.r_sync = g_sync_id, s.r_bytes = m;
-        } else {
-            if (s.r_warp != t / 32) s.r_warp = kManyWarps;
-            s.r_lanes |= 1u << (t % 32);
-            s.r_sync = g_sync_id;
-            s.r_bytes |= m;
-        }
-    }
-}
-
 // ---- unique bytes: a bit per byte of each argument, set at the first touch ------------------
-bool alloc_touched(int nbuf) {
-    for (int i = 0; i < nbuf; ++i) {
-        const size_t words = (g_bufs[i].size + 63) / 64;
-        g_touched_read[i] = static_cast<uint64_t*>(calloc(words, 8));
-        g_touched_write[i] = static_cast<uint64_t*>(calloc(words, 8));
-        if (!g_touched_read[i] || !g_touched_write[i]) return false;
+bool alloc_touched() {
+    for (int i = 0; i < g_nargs; ++i) {
+        const size_t words = (g_args[i].size + 63) / 64;
+        g_args[i].touched_r = static_cast<uint64_t*>(calloc(words + 1, 8));
+        g_args[i].touched_w = static_cast<uint64_t*>(calloc(words + 1, 8));
+        if (!g_args[i].touched_r || !g_args[i].touched_w) return false;
     }
     return true;
 }
 
 void count_touched(Counters& out) {
-    for (int i = 0; i < kMaxArgs; ++i) {
-        if (g_touched_read[i] && g_touched_write[i]) {
-            const size_t words = (g_bufs[i].size + 63) / 64;
-            uint64_t r = 0, w = 0;
+    for (int i = 0; i < g_nargs; ++i) {
+        ArgBuf& b = g_args[i];
+        if (b.touched_r && b.touched_w) {
+            const size_t words = (b.size + 63) / 64;
+            uint64_t r = 0, wr = 0;
             for (size_t j = 0; j < words; ++j) {
-                r += static_cast<uint64_t>(__builtin_popcountll(g_touched_read[i][j]));
-                w += static_cast<uint64_t>(__builtin_popcountll(g_touched_write[i][j]));
+                r += static_cast<uint64_t>(__builtin_popcountll(b.touched_r[j]));
+                wr += static_cast<uint64_t>(__builtin_popcountll(b.touched_w[j]));
             }
-            out.unique_read[g_bufs[i].arg] += r;
-            out.unique_write[g_bufs[i].arg] += w;
+            out.unique_read[b.counter] += r;
+            out.unique_write[b.counter] += wr;
         }
-        free(g_touched_read[i]), g_touched_read[i] = nullptr;
-        free(g_touched_write[i]), g_touched_write[i] = nullptr;
+        free(b.touched_r), b.touched_r = nullptr;
+        free(b.touched_w), b.touched_w = nullptr;
     }
 }
 
-// Bytes [off, off + size) of a buffer touched. Words are read before they are set, and set
-// atomically only when a bit is missing: most accesses touch bytes already marked.
+// Bytes [off, off + size) of an argument touched. Words are read before they are set, and set
+// atomically (workers share them) only when a bit is missing: most accesses find it set.
 static inline void set_bits(uint64_t* bits, size_t off, size_t size) {
     while (size) {
         const size_t w = off / 64, b = off % 64, n = size < 64 - b ? size : 64 - b;
@@ -233,73 +49,145 @@ static inline void set_bits(uint64_t* bits, size_t off, size_t size) {
     }
 }
 
-// Not a kernel argument or shared memory: the thread's own stack, the module's data, or bad.
-__attribute__((noinline)) static void other_access(uintptr_t a, size_t size, bool write,
-                                                   void* pc) {
-    Fiber* f = g_cur;
-    if (f && a - reinterpret_cast<uintptr_t>(f->lo) < g_stack_size) return;  // own stack
-    for (int i = 0; i < g_nmod; ++i)
-        if (a >= g_mod_lo[i] && a < g_mod_hi[i]) return;  // module data (builtins, tables)
-    if (!f) return;  // not from a kernel thread (static initialisers)
-    bad_access(a, size, write, pc);
+// ---- faults ---------------------------------------------------------------------------------
+[[noreturn]] __attribute__((noinline, cold)) static void bad_access(Fiber* f, uintptr_t a,
+                                                                    size_t size, int kind,
+                                                                    void* pc) {
+    char where[320];
+    describe_address(where, sizeof where, f, a, size);
+    set_fault(f->w, F_ACCESS, pc, nullptr, 0, "out-of-bounds %s of %zu bytes at %p: %s",
+              kind == 2 ? "atomic" : (kind ? "write" : "read"), size,
+              reinterpret_cast<void*>(a), where);
+    abort_fiber(f);
 }
 
-// The hot path, inlined into every hook: shared memory, then the argument buffers.
-__attribute__((always_inline)) static inline void on_access(uintptr_t a, size_t size, bool write,
-                                                            void* pc) {
-    if (!g_cur) return;  // not a kernel thread: the module's own setup (signatures, statics)
-    if (a - g_sh_lo < g_sh_size || a - g_dyn_lo < g_dyn_size) {
-        bool stat = a - g_sh_lo < g_sh_size;
-        size_t off = stat ? a - g_sh_lo : kArena + (a - g_dyn_lo);  // offset in the shadow
-        size_t end = stat ? g_sh_size : kArena + g_dyn_size;
-        if (off + size > end) bad_access(a, size, write, pc);
-        (write ? g_cnt.shared_write : g_cnt.shared_read) += size;
-        if (g_cfg.race_check) {
-            // Fast path: a read of one granule that only this warp read, and nobody else
-            // wrote, in this epoch.
-            Shadow& sh = g_shadow[off / 4];
-            const int t = g_cur_tid;
-            if (!write && (off & 3) + size <= 4 && sh.r_epoch == g_bepoch &&
-                sh.r_warp == t / 32 && (sh.w_epoch != g_bepoch || sh.w_tid == t)) {
-                sh.r_lanes |= 1u << (t % 32);
-                sh.r_sync = g_sync_id;
-                sh.r_bytes |= static_cast<uint8_t>(((1u << size) - 1) << (off & 3));
-                return;
-            }
-            race_check(g_shadow, off, size, write, -1, pc);
-        }
+[[noreturn]] __attribute__((noinline, cold)) static void misaligned(Fiber* f, uintptr_t a,
+                                                                    size_t size, int kind,
+                                                                    void* pc) {
+    set_fault(f->w, F_ACCESS, pc, nullptr, 0,
+              "misaligned %zu-byte %s at %p: a GPU requires an address that is a multiple of "
+              "%zu (cudaErrorMisalignedAddress; a float4 or double through a pointer that is "
+              "not aligned to its size?)",
+              size, kind == 2 ? "atomic" : (kind ? "write" : "read"),
+              reinterpret_cast<void*>(a), size);
+    abort_fiber(f);
+}
+
+[[noreturn]] __attribute__((noinline, cold)) static void const_write(Fiber* f, const ArgBuf& b,
+                                                                     void* pc) {
+    set_fault(f->w, F_ACCESS, pc, nullptr, 0,
+              "write through a const parameter {arg%d}: the kernel declared it read-only",
+              b.param);
+    abort_fiber(f);
+}
+
+// ---- shared memory ----------------------------------------------------------------------------
+// kind: 0 read, 1 write, 2 atomic. so: offset of the address in the worker's arena.
+__attribute__((always_inline)) static inline void shared_access(Worker* w, Fiber* f, uintptr_t a,
+                                                                uint64_t so, size_t size,
+                                                                int kind, void* pc) {
+    const uint64_t slot = so >> kShShift;
+    const uint64_t off = so - (slot << kShShift) - kShHalf;  // "before the start" wraps: huge
+    const uint64_t osize = slot ? g_shdecl[slot - 1].size : g_dyn_size;
+    if (off >= osize || size > osize - off) bad_access(f, a, size, kind, pc);
+    if (kind == 2) ++w->cnt.shared_atomics;
+    else (kind ? w->cnt.shared_write : w->cnt.shared_read) += size;
+    if (!g_cfg.race_check) return;
+    Shadow* shadow = w->shadow + slot * (kShMaxObj / 4);
+    const uint64_t epoch = (w->block_seq << kEpochBits) | w->bepoch;
+    Shadow& sh = shadow[off / 4];
+    const int t = f->tid;
+    // Fast path: a read of one granule that only this warp read, and nobody else wrote, in
+    // this epoch.
+    if (kind == 0 && (off & 3) + size <= 4 && sh.r_epoch == epoch && sh.r_warp == t / 32 &&
+        (sh.w_epoch != epoch || sh.w_tid == t)) {
+        sh.r_lanes |= 1u << (t % 32);
+        sh.r_sync = w->sync_id;
+        sh.r_bytes |= static_cast<uint8_t>(((1u << size) - 1) << (off & 3));
         return;
     }
-    for (int i = 0; i < g_nbuf; ++i) {
-        const Buf& b = g_bufs[i];
-        if (a - b.lo < b.size) {
-            if (a - b.lo + size > b.size) bad_access(a, size, write, pc);
-            (write ? g_cnt.write : g_cnt.read)[b.arg] += size;
-            if (uint64_t* bits = (write ? g_touched_write : g_touched_read)[i])
-                set_bits(bits, a - b.lo, size);
-            if (g_gshadow[i]) race_check(g_gshadow[i], a - b.lo, size, write, b.arg, pc);
-            return;
-        }
+    Conflict c;
+    if (race_check(w, f, shadow, off, size, kind, w->block_seq, false, &c))
+        report_race(f, c, kind, -1, pc);
+}
+
+// ---- kernel arguments ---------------------------------------------------------------------
+__attribute__((always_inline)) static inline void arg_access(Worker* w, Fiber* f, uintptr_t a,
+                                                             uint64_t ao, size_t size, int kind,
+                                                             void* pc) {
+    const Region& R = g_regions[ao >> g_arg_shift];
+    const uint64_t off = a - R.lo;
+    if (off >= R.size || size > R.size - off) bad_access(f, a, size, kind, pc);
+    if (kind && !R.writable) const_write(f, g_args[R.first], pc);
+    ArgBuf* b = &g_args[R.first];
+    for (int i = 1; i < R.n && a - b->lo >= b->size; ++i) b = &g_args[R.first + i];  // overlaps
+    const uint64_t boff = a - b->lo;
+    const size_t n = size < b->size - boff ? size : b->size - boff;
+    if (kind == 2) {
+        ++w->cnt.atomic_ops[b->counter];
+        w->cnt.atomic_bytes[b->counter] += size;
+        set_bits(b->touched_r, boff, n);  // an atomic reads and writes
+        set_bits(b->touched_w, boff, n);
+    } else {
+        (kind ? w->cnt.write : w->cnt.read)[b->counter] += size;
+        set_bits(kind ? b->touched_w : b->touched_r, boff, n);
     }
-    other_access(a, size, write, pc);
+    if (!b->shadow) return;
+    Conflict c;
+    const bool locked = g_nworkers > 1;
+    if (locked) lock_stripe(b->counter, boff, n);
+    const bool race = race_check(w, f, b->shadow, boff, n, kind, w->block_linear + 1, true, &c);
+    if (locked) unlock_stripe(b->counter, boff, n);
+    if (race) report_race(f, c, kind, b->param, pc);
+}
+
+// ---- anything else: the thread's own stack, a __device__ variable, a malloc block, the module
+__attribute__((noinline)) static void other_access(Fiber* f, uintptr_t a, size_t size, int kind,
+                                                   void* pc) {
+    if (a - reinterpret_cast<uintptr_t>(f->lo) < static_cast<uintptr_t>(f->hi - f->lo))
+        return;  // own stack
+    const Found o = find_object(a);
+    if (o.kind != OBJ_NONE) {
+        if (a - o.lo >= o.size || size > o.size - (a - o.lo)) bad_access(f, a, size, kind, pc);
+        return;
+    }
+    if (in_module(a) && !in_runtime_data(a)) return;  // the module's data: constants, tables
+    bad_access(f, a, size, kind, pc);
+}
+
+template <bool Aligned>
+__attribute__((always_inline)) static inline void on_access(uintptr_t a, size_t size, int kind,
+                                                            void* pc) {
+    Fiber* f = self();
+    if (!f) return;  // not a kernel thread: the module's own setup (signatures, statics)
+    if (__builtin_expect(g_stop, 0)) stop_here(f, pc, nullptr, 0);
+    if (Aligned && size > 1 && (a & (size - 1))) misaligned(f, a, size, kind, pc);
+    Worker* w = f->w;
+    const uint64_t so = a - reinterpret_cast<uintptr_t>(w->arena);
+    if (so < kArenaSpan) return shared_access(w, f, a, so, size, kind, pc);
+    const uint64_t ao = a - g_arg_base;
+    if (ao < g_arg_span) return arg_access(w, f, a, ao, size, kind, pc);
+    other_access(f, a, size, kind, pc);
 }
 
 // GCC's ThreadSanitizer instrumentation (-fsanitize=thread, with no TSan runtime linked) calls
 // these before every load and store of the kernel file. TSan, unlike AddressSanitizer, keeps
 // the store of a read-modify-write (`x[i] += v`: one read and one write); ASan drops a store
 // to an address it just checked, which would lose bytes from the counts and the race check.
-#define EMU_HOOKS(N)                                                                      \
-    extern "C" void __tsan_read##N(void* p) {                                             \
-        on_access(reinterpret_cast<uintptr_t>(p), N, false, __builtin_return_address(0)); \
-    }                                                                                     \
-    extern "C" void __tsan_write##N(void* p) {                                            \
-        on_access(reinterpret_cast<uintptr_t>(p), N, true, __builtin_return_address(0));  \
-    }                                                                                     \
-    extern "C" void __tsan_unaligned_read##N(void* p) {                                   \
-        on_access(reinterpret_cast<uintptr_t>(p), N, false, __builtin_return_address(0)); \
-    }                                                                                     \
-    extern "C" void __tsan_unaligned_write##N(void* p) {                                  \
-        on_access(reinterpret_cast<uintptr_t>(p), N, true, __builtin_return_address(0));  \
+// GCC calls the aligned forms where the type promises alignment: a misaligned address there is
+// a misaligned access on a GPU.
+#define EMU_HOOKS(N)                                                                             \
+    extern "C" void __tsan_read##N(void* p) {                                                    \
+        on_access<true>(reinterpret_cast<uintptr_t>(p), N, 0, __builtin_return_address(0));      \
+    }                                                                                            \
+    extern "C" void __tsan_write##N(void* p) {                                                   \
+        on_access<true>(reinterpret_cast<uintptr_t>(p), N, 1, __builtin_return_address(0));      \
+    }                                                                                            \
+    extern "C" void __tsan_unaligned_read##N(void* p) {                                          \
+        on_access<false>(reinterpret_cast<uintptr_t>(p), N, 0, __builtin_return_address(0));     \
+    }                                                                                            \
+    extern "C" void __tsan_unaligned_write##N(void* p) {                                         \
+        on_access<false>(reinterpret_cast<uintptr_t>(p), N, 1, __builtin_return_address(0));     \
     }
 EMU_HOOKS(1)
 EMU_HOOKS(2)
@@ -307,74 +195,120 @@ EMU_HOOKS(4)
 EMU_HOOKS(8)
 EMU_HOOKS(16)
 extern "C" void __tsan_read_range(void* p, size_t n) {
-    on_access(reinterpret_cast<uintptr_t>(p), n, false, __builtin_return_address(0));
+    if (n) on_access<false>(reinterpret_cast<uintptr_t>(p), n, 0, __builtin_return_address(0));
 }
 extern "C" void __tsan_write_range(void* p, size_t n) {
-    on_access(reinterpret_cast<uintptr_t>(p), n, true, __builtin_return_address(0));
+    if (n) on_access<false>(reinterpret_cast<uintptr_t>(p), n, 1, __builtin_return_address(0));
 }
 extern "C" void __tsan_init() {}
 extern "C" void __tsan_func_entry(void*) {}
 extern "C" void __tsan_func_exit() {}
 
-// ---- atomics: counted here (1 op + its size per argument), not as loads and stores ----------
+// ---- atomics: checked and counted here (1 op + its size per argument) -------------------------
 static void on_atomic(void* p, size_t size, void* pc) {
     if (!g_cfg.counted) return;
-    uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    if (a - g_sh_lo < g_sh_size || a - g_dyn_lo < g_dyn_size) {
-        ++g_cnt.shared_atomics;
-        if (g_cfg.race_check) {
-            bool stat = a - g_sh_lo < g_sh_size;
-            race_check(g_shadow, stat ? a - g_sh_lo : kArena + (a - g_dyn_lo), size, 2, -1, pc);
-        }
-        return;
-    }
-    for (int i = 0; i < g_nbuf; ++i) {
-        const Buf& b = g_bufs[i];
-        if (a - b.lo < b.size) {
-            if (a - b.lo + size > b.size) bad_access(a, size, true, pc);
-            ++g_cnt.atomic_ops[b.arg];
-            g_cnt.atomic_bytes[b.arg] += size;
-            set_bits(g_touched_read[i], a - b.lo, size);  // an atomic reads and writes
-            set_bits(g_touched_write[i], a - b.lo, size);
-            if (g_gshadow[i]) race_check(g_gshadow[i], a - b.lo, size, 2, b.arg, pc);
-            return;
-        }
-    }
-    Fiber* f = g_cur;
-    if (f && a - reinterpret_cast<uintptr_t>(f->lo) < g_stack_size) return;
-    bad_access(a, size, true, pc);
+    on_access<true>(reinterpret_cast<uintptr_t>(p), size, 2, pc);
 }
-#define EMU_ATOMIC(T, NAME, NEW)                           \
-    T NAME(T* a, T v) {                                    \
-        on_atomic(a, sizeof(T), __builtin_return_address(0)); \
-        T old = *a;                                        \
-        *a = NEW;                                          \
-        return old;                                        \
+
+template <class T>
+static T rmw(T* a, T v, int op) {  // op: + - max min exch & | ^
+    using U = std::conditional_t<sizeof(T) == 8, unsigned long long, unsigned>;
+    U* p = reinterpret_cast<U*>(a);
+    U old = __atomic_load_n(p, __ATOMIC_RELAXED), next;
+    for (;;) {
+        T o, n;
+        memcpy(&o, &old, sizeof o);
+        switch (op) {
+            case 0: n = o + v; break;
+            case 1: n = o - v; break;
+            case 2: n = o > v ? o : v; break;
+            case 3: n = o < v ? o : v; break;
+            default: n = v; break;
+        }
+        memcpy(&next, &n, sizeof n);
+        if (__atomic_compare_exchange_n(p, &old, next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            return o;
     }
-EMU_ATOMIC(float, atomicAdd, old + v)
-EMU_ATOMIC(double, atomicAdd, old + v)
-EMU_ATOMIC(int, atomicAdd, old + v)
-EMU_ATOMIC(unsigned, atomicAdd, old + v)
-EMU_ATOMIC(unsigned long long, atomicAdd, old + v)
-EMU_ATOMIC(int, atomicSub, old - v)
-EMU_ATOMIC(unsigned, atomicSub, old - v)
-EMU_ATOMIC(int, atomicMax, old > v ? old : v)
-EMU_ATOMIC(unsigned, atomicMax, old > v ? old : v)
-EMU_ATOMIC(int, atomicMin, old < v ? old : v)
-EMU_ATOMIC(unsigned, atomicMin, old < v ? old : v)
-EMU_ATOMIC(int, atomicExch, v)
-EMU_ATOMIC(unsigned, atomicExch, v)
-EMU_ATOMIC(float, atomicExch, v)
-EMU_ATOMIC(int, atomicAnd, old & v)
-EMU_ATOMIC(int, atomicOr, old | v)
-EMU_ATOMIC(int, atomicXor, old ^ v)
-#define EMU_CAS(T)                                          \
-    T atomicCAS(T* a, T compare, T v) {                     \
+}
+#define EMU_ATOMIC(T, NAME, OP)                               \
+    T NAME(T* a, T v) {                                       \
         on_atomic(a, sizeof(T), __builtin_return_address(0)); \
-        T old = *a;                                         \
-        if (old == compare) *a = v;                         \
-        return old;                                         \
+        return rmw<T>(a, v, OP);                              \
+    }
+EMU_ATOMIC(float, atomicAdd, 0)
+EMU_ATOMIC(double, atomicAdd, 0)
+EMU_ATOMIC(int, atomicAdd, 0)
+EMU_ATOMIC(unsigned, atomicAdd, 0)
+EMU_ATOMIC(unsigned long long, atomicAdd, 0)
+EMU_ATOMIC(int, atomicSub, 1)
+EMU_ATOMIC(unsigned, atomicSub, 1)
+EMU_ATOMIC(int, atomicMax, 2)
+EMU_ATOMIC(unsigned, atomicMax, 2)
+EMU_ATOMIC(int, atomicMin, 3)
+EMU_ATOMIC(unsigned, atomicMin, 3)
+EMU_ATOMIC(int, atomicExch, 4)
+EMU_ATOMIC(unsigned, atomicExch, 4)
+EMU_ATOMIC(float, atomicExch, 4)
+#define EMU_BITWISE(NAME, FN)                                 \
+    int NAME(int* a, int v) {                                 \
+        on_atomic(a, sizeof(int), __builtin_return_address(0)); \
+        return FN(a, v, __ATOMIC_RELAXED);                    \
+    }
+EMU_BITWISE(atomicAnd, __atomic_fetch_and)
+EMU_BITWISE(atomicOr, __atomic_fetch_or)
+EMU_BITWISE(atomicXor, __atomic_fetch_xor)
+#define EMU_CAS(T)                                                                         \
+    T atomicCAS(T* a, T compare, T v) {                                                    \
+        on_atomic(a, sizeof(T), __builtin_return_address(0));                              \
+        __atomic_compare_exchange_n(a, &compare, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED); \
+        return compare;                                                                    \
     }
 EMU_CAS(int)
 EMU_CAS(unsigned)
 EMU_CAS(unsigned long long)
+
+// C++ atomics in the kernel file (the guard of a function's static, std::atomic): GCC calls
+// these instead of the plain hooks. Not CUDA's atomics: not counted, done in full (seq_cst).
+#define EMU_TSAN_ATOMICS(N, T)                                                                  \
+    extern "C" T __tsan_atomic##N##_load(const volatile T* a, int) {                            \
+        return __atomic_load_n(a, __ATOMIC_SEQ_CST);                                            \
+    }                                                                                           \
+    extern "C" void __tsan_atomic##N##_store(volatile T* a, T v, int) {                         \
+        __atomic_store_n(a, v, __ATOMIC_SEQ_CST);                                               \
+    }                                                                                           \
+    extern "C" T __tsan_atomic##N##_exchange(volatile T* a, T v, int) {                         \
+        return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST);                                     \
+    }                                                                                           \
+    extern "C" T __tsan_atomic##N##_fetch_add(volatile T* a, T v, int) {                        \
+        return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);                                      \
+    }                                                                                           \
+    extern "C" T __tsan_atomic##N##_fetch_sub(volatile T* a, T v, int) {                        \
+        return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST);                                      \
+    }                                                                                           \
+    extern "C" T __tsan_atomic##N##_fetch_and(volatile T* a, T v, int) {                        \
+        return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST);                                      \
+    }                                                                                           \
+    extern "C" T __tsan_atomic##N##_fetch_or(volatile T* a, T v, int) {                         \
+        return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST);                                       \
+    }                                                                                           \
+    extern "C" T __tsan_atomic##N##_fetch_xor(volatile T* a, T v, int) {                        \
+        return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST);                                      \
+    }                                                                                           \
+    extern "C" int __tsan_atomic##N##_compare_exchange_strong(volatile T* a, T* c, T v, int,    \
+                                                              int) {                            \
+        return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); \
+    }                                                                                           \
+    extern "C" int __tsan_atomic##N##_compare_exchange_weak(volatile T* a, T* c, T v, int,      \
+                                                            int) {                              \
+        return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); \
+    }                                                                                           \
+    extern "C" T __tsan_atomic##N##_compare_exchange_val(volatile T* a, T c, T v, int, int) {   \
+        __atomic_compare_exchange_n(a, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);       \
+        return c;                                                                               \
+    }
+EMU_TSAN_ATOMICS(8, uint8_t)
+EMU_TSAN_ATOMICS(16, uint16_t)
+EMU_TSAN_ATOMICS(32, uint32_t)
+EMU_TSAN_ATOMICS(64, uint64_t)
+extern "C" void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+extern "C" void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }

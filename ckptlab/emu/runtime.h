@@ -1,16 +1,24 @@
-// runtime.h: what the emulator's runtime files share: the state of a launch, the structures
-// Python reads (Buf, Config, Counters, Fault), and the few functions one file gives another.
+// runtime.h: what the emulator's runtime files share: the state of a launch and of its workers,
+// the objects kernel memory is made of, and the few functions one file gives another.
 //
-//   scheduler.cpp  fibers, the block scheduler, __syncthreads and the warp operations
-//   memory.cpp     the memory hooks: classification, byte counts, bounds, races, atomics,
-//                  and the static shared-memory arena
-//   launch.cpp     emu_launch, faults, signals (stack overflow, SIGSEGV, watchdog, Ctrl-C)
+//   scheduler.cpp  fibers, the block scheduler, __syncthreads
+//   warps.cpp      the warp operations, __trap, assert, abort
+//   memory.cpp     the memory hooks: classification, byte counts, bounds, atomics
+//   races.cpp      the race check's shadow memory
+//   objects.cpp    the objects accesses are checked against: staged kernel arguments, shared
+//                  arrays, __device__ variables, device malloc blocks
+//   signals.cpp    faults, signals (stack overflow, SIGSEGV, abort), the watchdog, Ctrl-C
+//   launch.cpp     emu_launch: workers take blocks until the grid is done or a fault stops all
 //
 // All of it is compiled WITHOUT the sanitizer (its own loads and stores must not call the
-// hooks) and linked into every emulated kernel module. A launch is serial and may be abandoned
-// by siglongjmp, so its state lives in globals, defined in launch.cpp.
+// hooks) and linked into every emulated kernel module, its code and data renamed into sections
+// of their own (build.py), so that the runtime can tell the kernel's code and data from its own.
 #pragma once
 #include "shim.h"  // includes abi.h: fault and warp-op codes, limits, the ctypes structures
+// The runtime itself uses glibc's (shim.h points kernels at its checked versions).
+#undef malloc
+#undef free
+#undef abort
 
 #include <setjmp.h>
 #include <signal.h>
@@ -24,9 +32,17 @@
 
 constexpr int kMaxThreads = EMU_MAX_BLOCK_THREADS;
 constexpr int kMaxArgs = EMU_MAX_ARGS;
+constexpr int kMaxWorkers = EMU_MAX_WORKERS;
 constexpr size_t kGuard = 64 * 1024;  // PROT_NONE below each fiber stack
-constexpr size_t kArena = 1 << 20;    // the module's static shared memory (memory.cpp)
 constexpr size_t kMaxKernels = 256;
+// Shared memory: each worker has an arena of 1 MiB slots, slot 0 the dynamic buffer and slot
+// 1 + id the static declaration id, its data in the middle: an index that leaves an array by
+// less than 512 KiB lands in that array's own slot and is reported against it.
+constexpr int kShShift = 20;
+constexpr size_t kShHalf = size_t(1) << (kShShift - 1);
+constexpr size_t kShMaxObj = 256 * 1024;  // > EMU_SHARED_OPTIN_LIMIT: shadow entries per slot
+constexpr int kMaxShared = 255;           // static __shared__ declarations per module
+constexpr uint64_t kArenaSpan = uint64_t(kMaxShared + 1) << kShShift;
 
 using Buf = EmuBuf;
 using Config = EmuConfig;
@@ -34,7 +50,6 @@ using Counters = EmuCounters;
 using Fault = EmuFault;
 
 enum State : uint8_t { READY, AT_BARRIER, AT_WARP, EXITED, ABORTED };
-// fault kinds, by their short names (abi.h defines them)
 enum FaultKind {
     F_NONE = EMU_F_NONE, F_BARRIER = EMU_F_BARRIER, F_WARP = EMU_F_WARP, F_ACCESS = EMU_F_ACCESS,
     F_RACE = EMU_F_RACE, F_STACK = EMU_F_STACK, F_SIGNAL = EMU_F_SIGNAL,
@@ -42,11 +57,16 @@ enum FaultKind {
     F_CONFIG = EMU_F_CONFIG
 };
 
+struct Worker;
+// One CUDA thread. g_fibers[k * kMaxThreads + t] is thread t of worker k, and its stack is slot
+// k * kMaxThreads + t of the fiber region: a fiber finds itself from its stack pointer (self()).
 struct Fiber {
     void* sp;
-    char* map;            // whole mapping: guard + stack
     char *lo, *hi;        // usable stack
-    uint3 idx;
+    Worker* w;
+    uint3 idx;            // threadIdx
+    uint3 block;          // blockIdx
+    int tid;              // linear thread index in the block
     uint8_t state;
     const char* file;     // where it waits
     int line;
@@ -60,87 +80,171 @@ struct Warp {
     unsigned long long val[32], result[32];
     int arg[32], width[32];
 };
-struct Shadow {  // race check: one per 4 bytes of shared memory or of a kernel argument
-    uint32_t w_epoch, r_epoch;  // barrier epoch of the last write, of the current readers
-    uint32_t r_other;           // epoch of a read by another block, replaced since (global)
+// Race check: one per 4 bytes of shared memory or of a kernel argument. An epoch is
+// (identity << 24 | barrier epoch of the block): identity = the block's linear index + 1 for
+// global memory (a fresh shadow each launch), the worker's block count for shared memory.
+struct Shadow {
+    uint64_t w_epoch, r_epoch;  // of the last write, of the current readers
+    uint32_t r_other;           // identity of a read by another block, since replaced (global)
     uint32_t r_lanes;           // reader lanes, when every reader is in warp r_warp
     uint32_t w_sync, r_sync;    // __syncwarp id at the write / at the latest read
     uint16_t w_tid, r_warp;     // the writer; the readers' warp, or kManyWarps
     uint8_t w_bytes, r_bytes;   // which bytes of the granule were written / read
     uint8_t w_atomic, pad;      // the write was an atomic (atomic vs atomic never races)
 };
+static_assert(sizeof(Shadow) == EMU_SHADOW_BYTES, "abi.h's EMU_SHADOW_BYTES: Python's estimate");
 constexpr uint16_t kManyWarps = 0xFFFF;
+constexpr int kEpochBits = 24;
 
-// ---- the state of a launch (defined in launch.cpp) ------------------------------------------
-// Static shared memory: every `__shared__` declaration of the module gets its place in this
-// arena the first time it executes (emu_shared_alloc); blocks run one after another, so one copy
-// is right. (A linker section would be simpler, but GCC ignores section attributes on the
-// static locals of template instantiations.) Dynamic shared memory is a separate buffer.
-extern char* g_arena;
-extern size_t g_static_by_kernel[kMaxKernels];  // static shared bytes each kernel declared
-extern Fiber g_fibers[kMaxThreads];
-extern Warp g_warps[kMaxThreads / 32];
-// __syncwarp bookkeeping for the race check: every completed __syncwarp gets an id, and
-// g_common[w][a][b] is the latest id in which lanes a and b of warp w took part together.
-extern uint32_t g_sync_id;
-extern uint32_t g_common[kMaxThreads / 32][32][32];
-extern uint32_t g_block_first_epoch, g_launch_first_epoch;  // epochs: newer = this block/launch
-extern Shadow* g_gshadow[kMaxArgs];  // per argument buffer, fresh each launch (race check)
-// Unique bytes (counted mode): one bit per byte of each argument buffer, for what the launch
-// read and what it wrote (an atomic sets both); popcounted when the launch ends.
-extern uint64_t* g_touched_read[kMaxArgs];
-extern uint64_t* g_touched_write[kMaxArgs];
-extern size_t g_stack_size;        // usable bytes per fiber stack
-extern int g_nstacks;
-extern void* g_sched_sp;
-extern Fiber* volatile g_cur;      // the running fiber, or null in the scheduler
-extern int g_cur_tid;
-extern int g_nthreads;
+// One OS thread running blocks, each with its own fiber scheduler and shared memory.
+struct Worker {
+    int index;
+    pid_t tid;                        // its OS thread, while a launch runs
+    Fiber* fibers;                    // &g_fibers[index * kMaxThreads]
+    void* sched_sp;                   // the scheduler's stack pointer while a fiber runs
+    Fiber* volatile cur;              // the running fiber, or null in the scheduler
+    int n_exited, n_waiting, reduce_result;
+    uint32_t bepoch;                  // barrier epoch within the block
+    uint64_t block_seq;               // blocks this worker ever ran (shared memory's identity)
+    uint64_t block_linear;            // the current block's linear index in the grid
+    uint3 block;                      // its blockIdx
+    Counters cnt;                     // merged into the launch's when it ends
+    char* arena;                      // shared memory: kArenaSpan bytes of slots (kShShift)
+    uint64_t poisoned[kMaxShared + 1];  // block_seq at which each slot was last poisoned
+    Shadow* shadow;                   // shared-memory race shadow, kShMaxObj / 4 per slot
+    uint32_t sync_id;                 // __syncwarp bookkeeping for the race check
+    Warp warps[kMaxThreads / 32];
+    uint32_t common[kMaxThreads / 32][32][32];  // latest __syncwarp id lanes a, b shared
+    sigjmp_buf jmp;                   // a fault raised by a signal lands here
+    int pending_kind;                 // ... after recording what it was
+    void *pending_pc, *pending_addr;
+    int pending_sig;
+    bool pending_retire;              // stopped inside the C library: park the thread after
+    volatile int busy;                // inside a runtime lock: no siglongjmp now
+    char* altstack;                   // sigaltstack of the worker's OS thread
+    stack_t old_altstack;
+};
+
+// Kernel arguments (counted mode): staged copies, each region (overlapping arguments merged) in
+// a slot of its own with wide margins, so an access is checked against its own argument.
+struct ArgBuf {
+    uintptr_t lo, orig;               // staged and caller's addresses
+    uint64_t size;
+    int counter, param;               // counter index (0..63) and parameter index
+    bool readonly;                    // a const parameter
+    Shadow* shadow;                   // race check, fresh each launch
+    uint64_t *touched_r, *touched_w;  // unique bytes
+};
+struct Region {
+    uintptr_t lo, orig;
+    uint64_t size;
+    int first, n;                     // its buffers: g_args[first .. first + n)
+    bool writable;                    // some parameter in it is not const
+};
+struct SharedDecl { uint64_t size; const char* name; };
+
+// ---- module-wide state (objects.cpp, launch.cpp, signals.cpp define them) ----------------------
+extern Fiber* g_fibers;               // kMaxThreads per worker
+extern uintptr_t g_fbase;             // the fiber stack region: slot s at g_fbase + (s << g_fshift)
+extern uint64_t g_fspan;
+extern int g_fshift;
+extern size_t g_stack_size;           // usable bytes per fiber stack
+extern Worker* g_workers[kMaxWorkers];
+extern int g_nworkers;                // workers of this launch
+extern EmuDims emu_dims;              // blockDim, gridDim (shim.h)
 extern void (*g_launcher)(void**);
-extern void** g_args;
+extern void** g_args_array;
 extern Config g_cfg;
-extern Counters g_cnt;
+extern int g_nthreads;
+// arguments
+extern ArgBuf g_args[kMaxArgs];
+extern int g_nargs;
+extern Region g_regions[kMaxArgs];
+extern int g_nregions;
+extern uintptr_t g_arg_base;
+extern uint64_t g_arg_span;
+extern int g_arg_shift;
+// shared memory
+extern SharedDecl g_shdecl[kMaxShared];
+extern int g_nshdecl;
+extern uint64_t g_dyn_size;
+extern uint64_t g_static_by_kernel[kMaxKernels];
+// stopping
+extern volatile int g_stop;           // a fault, the watchdog or Ctrl-C: every worker stops
+extern volatile int g_stop_kind;      // F_WATCHDOG / F_INTERRUPT when asked from outside
+extern volatile int g_fault_owner;    // the worker whose fault is reported, or -1
 extern Fault g_fault;
-extern volatile sig_atomic_t g_failed, g_in_launch, g_interrupted;
-extern sigjmp_buf g_jmp;
-extern const Buf* g_bufs;
-extern int g_nbuf;
-extern uintptr_t g_sh_lo, g_dyn_lo;  // static arena (g_sh_size bytes in use), dynamic buffer
-extern size_t g_sh_size, g_dyn_size, g_dyn_cap;
-extern Shadow* g_shadow;
-extern size_t g_shadow_cap;
-extern uint32_t g_bepoch;          // barrier epoch: +1 per block and per released barrier
-extern int g_reduce_result;
-extern int g_n_exited, g_n_waiting;  // threads of the block that exited / wait at a barrier
-extern uintptr_t g_mod_lo[16], g_mod_hi[16];
-extern int g_nmod;
 extern struct timespec g_t0;
 
-// ---- switching between the scheduler and a fiber (scheduler.cpp) ---------------------------
+// ---- the running fiber, from the stack pointer ----------------------------------------------
+__attribute__((always_inline)) inline uintptr_t stack_pointer() {
 #if defined(__x86_64__)
-extern "C" void emu_switch(void** save_sp, void* new_sp);  // scheduler.cpp
-inline void switch_to_fiber(Fiber& f) { emu_switch(&g_sched_sp, f.sp); }
-inline void switch_to_scheduler() { emu_switch(&g_cur->sp, g_sched_sp); }
+    uintptr_t sp;
+    asm("mov %%rsp, %0" : "=r"(sp));
+    return sp;
 #else
-#include <ucontext.h>
-extern ucontext_t g_sched_ctx, g_ctx[kMaxThreads];
-inline void switch_to_fiber(Fiber& f) { swapcontext(&g_sched_ctx, &g_ctx[&f - g_fibers]); }
-inline void switch_to_scheduler() { swapcontext(&g_ctx[g_cur_tid], &g_sched_ctx); }
+    return reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+#endif
+}
+// The fiber running on this stack, or null outside a kernel thread (the scheduler, Python).
+__attribute__((always_inline)) inline Fiber* self() {
+    const uint64_t o = stack_pointer() - g_fbase;
+    return o < g_fspan ? &g_fibers[o >> g_fshift] : nullptr;
+}
+
+// ---- switching between a worker's scheduler and a fiber (scheduler.cpp) -----------------------
+#if defined(__x86_64__) && !defined(EMU_UCONTEXT)
+extern "C" void emu_switch(void** save_sp, void* new_sp);
+inline void switch_to_fiber(Worker* w, Fiber& f) { emu_switch(&w->sched_sp, f.sp); }
+inline void switch_to_scheduler(Fiber* f) { emu_switch(&f->sp, f->w->sched_sp); }
+#else
+void switch_to_fiber(Worker* w, Fiber& f);
+void switch_to_scheduler(Fiber* f);
 #endif
 
-// ---- what one file gives another ------------------------------------------------------------
-// launch.cpp
+// ---- what one file gives another --------------------------------------------------------------
+// signals.cpp
 uint64_t pc_offset(void* pc);
-void set_fault(int kind, void* pc, const char* file, int line, const char* fmt, ...);
-[[noreturn]] void abort_fiber();
-void describe_thread(char* out, size_t n, int t);
-// scheduler.cpp
-bool ensure_stacks(int n, size_t stack_size);
-bool run_block();
-// memory.cpp
+bool in_kernel_code(uintptr_t pc);
+bool in_runtime_data(uintptr_t a);
+bool in_module(uintptr_t a);
 void find_module_ranges();
-void describe_address(char* out, size_t n, uintptr_t a, size_t size);
-bool alloc_touched(int nbuf);  // the unique-byte bitmaps of this launch's buffers
-void count_touched(Counters& out);  // popcount them into out, then free them
+void set_fault(Worker* w, int kind, void* pc, const char* file, int line, const char* fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+[[noreturn]] void abort_fiber(Fiber* f);
+[[noreturn]] void stop_here(Fiber* f, void* pc, const char* file, int line);
+void describe_thread(char* out, size_t n, const Fiber& f);
+void request_stop(int kind);
+void install_signals(int watchdog_ms);
+void remove_signals();
+void worker_signals(Worker* w, bool on);  // its alternate signal stack
+void record_pending_fault(Worker* w);     // after a signal's siglongjmp
+// scheduler.cpp
+bool ensure_fibers(int workers, int threads, size_t stack_size);
+bool run_block(Worker* w);
+void wait_here(Fiber* f, uint8_t state, const char* file, int line);
+// warps.cpp
+void warp_pending_check(Fiber* f);  // a thread about to exit: no lane may wait for it
+// memory.cpp
+bool alloc_touched();
+void count_touched(Counters& out);
+// races.cpp
+struct Conflict { const char* theirs; size_t byte; int other_tid; bool other_block; };
+bool race_check(Worker* w, Fiber* f, Shadow* shadow, size_t off, size_t size, int kind,
+                uint64_t identity, bool global, Conflict* out);
+[[noreturn]] void report_race(Fiber* f, const Conflict& c, int kind, int param, void* pc);
+void reset_stripes();
+void lock_stripe(int arg, size_t off, size_t size);
+void unlock_stripe(int arg, size_t off, size_t size);
+// objects.cpp
+bool stage_args(const Buf* bufs, int nbuf, void** args);
+void unstage_args();
+bool ensure_arena(Worker* w, bool race_check);
+void poison_dynamic(Worker* w);
+enum ObjKind { OBJ_NONE, OBJ_DEVICE, OBJ_HEAP };
+struct Found { int kind; uintptr_t lo; uint64_t size; const char* name; };
+Found find_object(uintptr_t a, bool wait = true);  // a __device__ variable or malloc block
+void describe_address(char* out, size_t n, Fiber* f, uintptr_t a, size_t size);
+void reset_heap_lock();
 
 #pragma GCC visibility pop

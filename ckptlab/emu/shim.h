@@ -1,11 +1,12 @@
 // shim.h: the CUDA vocabulary as host C++, force-included (-include shim.h) before every kernel
 // file the emulator compiles. Kernels are the same .cu files nvcc/NVRTC compile for a GPU.
 //
-// Execution model (runtime.h): every CUDA thread of a block is a fiber on one OS thread;
-// blocks run one after another. __syncthreads and warp operations switch back to a scheduler
-// that releases threads when the whole block (or the warp mask) has arrived. Every load and
-// store in the kernel file is seen by the runtime (GCC's -fsanitize=thread hooks), which
-// counts global bytes per kernel argument, checks bounds and looks for shared-memory races.
+// Execution model (runtime.h): every CUDA thread of a block is a fiber; a block's fibers run on
+// one OS thread (a worker), and workers take blocks until the grid is done. __syncthreads and
+// warp operations switch back to the worker's scheduler, which releases threads when the whole
+// block (or the warp mask) has arrived. Every load and store in the kernel file is seen by the
+// runtime (GCC's -fsanitize=thread hooks), which counts global bytes per kernel argument,
+// checks each access against the object it belongs to, and looks for races.
 #pragma once
 
 #include <cfloat>
@@ -14,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <utility>
@@ -31,20 +33,39 @@
 #define __restrict__ __restrict
 #define __constant__ static
 // Shared memory. The loader rewrites each `__shared__ T name[dims];` (in the kernel file and
-// in the headers it includes) into a place in the module's static shared arena, taken the first
-// time the declaration executes, and a reference to it through emu_launder, so that every access
-// is a pointer access GCC's hooks see (they skip a static array at a constant index).
-// `extern __shared__ T name[];` becomes a pointer to the launch's dynamic shared buffer.
-// A __shared__ the loader could not rewrite stops the compile with this message:
+// in the headers it includes) into a slot of the worker's shared arena: an id taken the first
+// time the declaration executes (emu_shared_declare) and a reference to its slot through
+// emu_launder, so that every access is a pointer access GCC's hooks see (they skip a static
+// array at a constant index). `extern __shared__ T name[];` becomes a pointer to the block's
+// dynamic shared buffer. A __shared__ the loader could not rewrite stops the compile:
 #define __shared__ \
     _Pragma("GCC error \"ckptlab.emu: write shared memory as '__shared__ TYPE name[dims];' (several comma-separated names are fine)\"")
-extern "C" void* emu_shared_alloc(size_t size, size_t align);
+extern "C" int emu_shared_declare(size_t size, size_t align, const char* name);
+extern "C" void* emu_shared_at(int id);
+extern "C" void* emu_dynamic_shared(void);
+// A `__device__ T name[dims] = init;` variable: the loader keeps the initial value under
+// another name and binds `name` to a copy in an object of its own (emu_device_object).
+extern "C" void* emu_device_object(const void* init, size_t size, size_t align,
+                                   const char* name);
 template <class T>
 __attribute__((always_inline)) inline T* emu_launder(T* p) {
     asm("" : "+r"(p));  // the compiler can no longer see which object p points to
     return p;
 }
-extern "C" char* emu_dynamic_shared;
+
+// ---- device malloc/free and abort(): the runtime's, so that they are checked and stoppable --
+// (__FILE__ and __LINE__ travel: an error names the line even where the call is a tail call)
+extern "C" void* emu_device_malloc(size_t size, const char* file, int line);
+extern "C" void emu_device_free(void* p, const char* file, int line);
+extern "C" [[noreturn]] void emu_kernel_abort(const char* file, int line);
+namespace std {
+using ::emu_device_free;
+using ::emu_device_malloc;
+using ::emu_kernel_abort;
+}  // namespace std
+#define malloc(n) emu_device_malloc((n), __FILE__, __LINE__)
+#define free(p) emu_device_free((p), __FILE__, __LINE__)
+#define abort() emu_kernel_abort(__FILE__, __LINE__)
 
 // ---- built-in variables -------------------------------------------------------------------
 struct uint3 {
@@ -55,17 +76,48 @@ struct dim3 {
     constexpr dim3(unsigned int x_ = 1, unsigned int y_ = 1, unsigned int z_ = 1)
         : x(x_), y(y_), z(z_) {}
 };
-struct EmuBuiltins {
-    uint3 thread;
-    uint3 block;
-    dim3 block_dim;
-    dim3 grid_dim;
-};
-extern "C" EmuBuiltins emu_builtins;  // set by the scheduler before each switch into a thread
-#define threadIdx (emu_builtins.thread)
-#define blockIdx (emu_builtins.block)
-#define blockDim (emu_builtins.block_dim)
-#define gridDim (emu_builtins.grid_dim)
+// Each fiber's threadIdx and blockIdx, in a table indexed by its stack slot: a fiber finds its
+// own from its stack pointer (runtime.h, self()). blockDim, gridDim: the launch's.
+struct EmuHead { uint3 idx, block; unsigned pad[2]; };
+struct EmuDims { dim3 block_dim, grid_dim; };
+extern "C" __attribute__((visibility("hidden"))) uintptr_t emu_fbase;
+extern "C" __attribute__((visibility("hidden"))) uint64_t emu_fshift;
+extern "C" __attribute__((visibility("hidden"))) EmuHead* emu_heads;
+extern "C" __attribute__((visibility("hidden"))) EmuDims emu_dims;
+// A load the memory hooks do not see, and that the compiler may reuse across stores: these
+// values do not change while a kernel thread runs.
+template <class T>
+__attribute__((always_inline)) inline T emu_pure_load(const T* p) {
+#if defined(__x86_64__)
+    T v;
+    if constexpr (sizeof(T) == 8) asm("movq (%1), %0" : "=r"(v) : "r"(p));
+    else asm("movl (%1), %0" : "=r"(v) : "r"(p));
+    return v;
+#else
+    return *p;
+#endif
+}
+__attribute__((always_inline)) inline const EmuHead* emu_head() {
+#if defined(__x86_64__)
+    uintptr_t sp;
+    asm("mov %%rsp, %0" : "=r"(sp));
+#else
+    uintptr_t sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+#endif
+    const uintptr_t base = emu_pure_load(&emu_fbase);
+    const uint64_t shift = emu_pure_load(&emu_fshift);
+    return emu_pure_load(&emu_heads) + ((sp - base) >> shift);
+}
+__attribute__((always_inline)) inline uint3 emu_uint3(const uint3* p) {
+    return uint3{emu_pure_load(&p->x), emu_pure_load(&p->y), emu_pure_load(&p->z)};
+}
+__attribute__((always_inline)) inline dim3 emu_dim3(const dim3* p) {
+    return dim3(emu_pure_load(&p->x), emu_pure_load(&p->y), emu_pure_load(&p->z));
+}
+#define threadIdx (emu_uint3(&emu_head()->idx))
+#define blockIdx (emu_uint3(&emu_head()->block))
+#define blockDim (emu_dim3(&emu_dims.block_dim))
+#define gridDim (emu_dim3(&emu_dims.grid_dim))
 constexpr int warpSize = 32;
 
 // ---- vector types ---------------------------------------------------------------------------
@@ -256,7 +308,7 @@ inline const char* emu_signature(void (*)(A...)) {
     static_assert((emu_known<A>() && ...),
                   "the emulator supports kernel parameters of scalar, vector and pointer-to-those "
                   "types only");
-    static char sig[1024];
+    static char sig[32 * sizeof...(A) + 8];  // the longest type name is 25 characters
     if (sig[0] == 0) {
         // "const float*,int,float": a comma before every type but the first
         ((sig[0] ? (void)strncat(sig, ",", sizeof sig - strlen(sig) - 1) : (void)0,

@@ -20,7 +20,14 @@ Three methods, one change at a time: naive (unfused) -> stored (fused, P's score
 
 Arrays are fp32 (B, H, N, d) (float16 / bfloat16 for the fused pair), C-contiguous, of the
 current target (NumPy on "emu", CuPy on "cuda"). Every input is checked before anything is
-launched.
+launched, `saved` included.
+
+Values are not checked (that would cost a pass over the data): a NaN or Inf in q, k, v or dO
+propagates as the math does, within its head: the outputs it reaches through a sum come out
+non-finite, as in ckptlab.reference, and other heads are untouched. One caveat: where a NaN
+key makes a row's softmax normalizer NaN, the kernels treat the row like one with no visible
+key in places, so some outputs of that head stay finite but mean nothing (flash's dV is 0
+there). Check inputs with isfinite() where they may be bad.
 """
 
 from ckptlab.kernels.common import Saved, ceil_div, random_inputs, unpoisoned

@@ -1,0 +1,326 @@
+// objects.cpp: the objects a kernel's memory is made of, each with its own bounds, so that an
+// access is checked against the object its address belongs to and an index that runs off one
+// object is reported against it, never counted against a neighbour.
+//
+//   arguments     (counted mode) staged copies: each region (overlapping arguments merged)
+//                 in a slot of its own with margins wider than any argument; copied back after
+//                 the launch, const ones excepted (a write through them is an error)
+//   shared        each worker's arena: a 1 MiB slot per __shared__ declaration, data in the
+//                 middle; slot 0 holds the dynamic buffer (extern __shared__)
+//   __device__    variables the loader moved into objects of their own, between PROT_NONE pages
+//   device heap   malloc/free in kernels: blocks with redzones, in a registry (double free and
+//                 use after free are errors)
+#include "runtime.h"
+
+#include <sys/mman.h>
+
+#include <map>
+
+static size_t page_up(size_t n) { return (n + 4095) & ~size_t(4095); }
+
+// ---- kernel arguments -------------------------------------------------------------------------
+static uintptr_t g_arg_reservation;
+
+bool stage_args(const Buf* bufs, int nbuf, void** args) {
+    g_nargs = nbuf, g_nregions = 0, g_arg_span = 0, g_arg_base = 0;
+    int order[kMaxArgs];
+    for (int i = 0; i < nbuf; ++i) order[i] = i;
+    for (int i = 1; i < nbuf; ++i)  // by address (insertion sort: at most 64)
+        for (int j = i; j > 0 && bufs[order[j]].lo < bufs[order[j - 1]].lo; --j)
+            std::swap(order[j], order[j - 1]);
+    uint64_t biggest = 0;
+    for (int i = 0; i < nbuf; ++i) {
+        const Buf& b = bufs[order[i]];
+        g_args[i] = ArgBuf{b.lo, b.lo, b.size, b.arg, b.param, b.readonly != 0, nullptr,
+                           nullptr, nullptr};
+        Region* r = g_nregions ? &g_regions[g_nregions - 1] : nullptr;
+        if (r && b.size && r->size && b.lo < r->orig + r->size) {  // overlaps: one region
+            r->size = b.lo + b.size - r->orig > r->size ? b.lo + b.size - r->orig : r->size;
+            ++r->n;
+            r->writable |= !b.readonly;
+        } else {
+            g_regions[g_nregions++] = Region{0, b.lo, b.size, i, 1, !b.readonly};
+        }
+        biggest = g_regions[g_nregions - 1].size > biggest ? g_regions[g_nregions - 1].size
+                                                           : biggest;
+    }
+    if (!g_cfg.counted || !nbuf) return true;  // fast mode: the caller's memory, unchecked
+    // Slots of 2^shift bytes, data in the middle: margins of at least twice the biggest region.
+    int shift = 24;
+    while ((uint64_t(1) << shift) < 4 * biggest + (uint64_t(1) << 22)) ++shift;
+    const uint64_t span = uint64_t(g_nregions) << shift;
+    void* m = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return false;
+    g_arg_reservation = reinterpret_cast<uintptr_t>(m);
+    for (int r = 0; r < g_nregions; ++r) {
+        Region& R = g_regions[r];
+        R.lo = g_arg_reservation + (uint64_t(r) << shift) + (uint64_t(1) << (shift - 1));
+        if (R.size) {
+            void* d = mmap(reinterpret_cast<void*>(R.lo), page_up(R.size), PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+            if (d == MAP_FAILED) return false;
+            memcpy(d, reinterpret_cast<void*>(R.orig), R.size);
+        }
+        for (int i = R.first; i < R.first + R.n; ++i) {
+            g_args[i].lo = R.lo + (g_args[i].orig - R.orig);
+            *static_cast<uintptr_t*>(args[g_args[i].param]) = g_args[i].lo;  // the kernel's pointer
+        }
+    }
+    g_arg_base = g_arg_reservation, g_arg_shift = shift, g_arg_span = span;
+    return true;
+}
+
+// Results back into the caller's arrays (after a fault too: a GPU keeps partial writes).
+void unstage_args() {
+    if (g_arg_reservation) {
+        for (int r = 0; r < g_nregions; ++r)
+            if (g_regions[r].writable && g_regions[r].size)
+                memcpy(reinterpret_cast<void*>(g_regions[r].orig),
+                       reinterpret_cast<void*>(g_regions[r].lo), g_regions[r].size);
+        munmap(reinterpret_cast<void*>(g_arg_reservation), g_arg_span);
+    }
+    g_arg_reservation = g_arg_base = 0, g_arg_span = 0, g_nregions = 0;
+}
+
+// ---- shared memory ----------------------------------------------------------------------------
+static uint8_t g_seen[kMaxKernels][kMaxShared];  // declaration counted for the kernel yet?
+
+bool ensure_arena(Worker* w, bool race_check) {
+    if (!w->arena) {
+        void* m = mmap(nullptr, kArenaSpan, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED) return false;
+        w->arena = static_cast<char*>(m);
+    }
+    if (race_check && !w->shadow) {
+        const size_t bytes = size_t(kMaxShared + 1) * (kShMaxObj / 4) * sizeof(Shadow);
+        void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED) return false;
+        w->shadow = static_cast<Shadow*>(m);
+    }
+    return true;
+}
+
+// Dynamic shared memory is poisoned (0xFF bytes read as NaN) before each block.
+void poison_dynamic(Worker* w) {
+    if (g_dyn_size) memset(w->arena + kShHalf, 0xFF, g_dyn_size);
+}
+
+extern "C" void* emu_dynamic_shared(void) { return self()->w->arena + kShHalf; }
+
+// The first execution of a declaration (per instantiation: it initialises a static) takes its id.
+extern "C" int emu_shared_declare(size_t size, size_t align, const char* name) {
+    (void)align;  // the middle of a 1 MiB slot is aligned to 512 KiB
+    const int id = __atomic_fetch_add(&g_nshdecl, 1, __ATOMIC_ACQ_REL);
+    if (id >= kMaxShared) return -1;
+    g_shdecl[id].name = name;
+    __atomic_store_n(&g_shdecl[id].size, size < kShMaxObj ? size : kShMaxObj, __ATOMIC_RELEASE);
+    return id;
+}
+
+[[noreturn]] __attribute__((noinline)) static void shared_fault(Fiber* f, void* pc,
+                                                                const char* what) {
+    set_fault(f->w, F_CONFIG, pc, nullptr, 0, "%s", what);
+    abort_fiber(f);
+}
+
+// Where declaration id lives for this block; the first use in a block poisons it (0xFF: reads
+// before writes show as NaN) and checks a GPU's limits: static shared memory of at most 48 KiB a
+// kernel, and static + dynamic within 48 KiB unless the kernel opted in (then the H100's 227).
+// A device function's __shared__ counts for every kernel that runs it.
+extern "C" void* emu_shared_at(int id) {
+    Fiber* f = self();
+    void* pc = __builtin_return_address(0);
+    if (!f) {  // a __shared__ outside any function: not supported
+        fprintf(stderr, "ckptlab.emu: __shared__ outside a function is not supported\n");
+        return nullptr;
+    }
+    Worker* w = f->w;
+    if (id < 0) shared_fault(f, pc, "more than 255 __shared__ declarations in one module");
+    char* p = w->arena + (size_t(id + 1) << kShShift) + kShHalf;
+    if (w->poisoned[id + 1] != w->block_seq) {
+        const size_t size = g_shdecl[id].size;
+        memset(p, 0xFF, size);
+        w->poisoned[id + 1] = w->block_seq;
+        const size_t k = static_cast<size_t>(g_cfg.kernel) % kMaxKernels;
+        if (!__atomic_test_and_set(&g_seen[k][id], __ATOMIC_ACQ_REL))
+            __atomic_fetch_add(&g_static_by_kernel[k], size, __ATOMIC_ACQ_REL);
+        const uint64_t stat = __atomic_load_n(&g_static_by_kernel[k], __ATOMIC_ACQUIRE);
+        const uint64_t limit = g_cfg.shared_opt_in ? EMU_SHARED_OPTIN_LIMIT
+                                                   : EMU_SHARED_STATIC_LIMIT;
+        if (stat > EMU_SHARED_STATIC_LIMIT || stat + g_dyn_size > limit) {
+            char text[400];
+            snprintf(text, sizeof text,
+                     "shared memory over a GPU's limit: %zu bytes static + %zu dynamic; a kernel "
+                     "may have 48 KiB of static shared memory (ptxas refuses more), and static "
+                     "+ dynamic within 48 KiB unless max_dynamic_shared_size_bytes is raised",
+                     size_t(stat), size_t(g_dyn_size));
+            shared_fault(f, pc, text);
+        }
+    }
+    return p;
+}
+
+// ---- __device__ variables -------------------------------------------------------------------
+struct DeviceObj { uintptr_t res_lo, res_hi, lo; uint64_t size; const char* name; };
+static DeviceObj g_dev[256];
+static int g_ndev;
+
+extern "C" void* emu_device_object(const void* init, size_t size, size_t align,
+                                   const char* name) {
+    (void)align;  // page-aligned
+    const size_t margin = page_up(size > (1u << 20) ? 2 * size : (1u << 20));
+    const size_t total = 2 * margin + page_up(size);
+    void* m = mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return const_cast<void*>(init);
+    char* lo = static_cast<char*>(m) + margin;
+    if (size) mprotect(lo, page_up(size), PROT_READ | PROT_WRITE);
+    memcpy(lo, init, size);
+    if (g_ndev < 256)
+        g_dev[g_ndev++] = DeviceObj{reinterpret_cast<uintptr_t>(m),
+                                    reinterpret_cast<uintptr_t>(m) + total,
+                                    reinterpret_cast<uintptr_t>(lo), size, name};
+    return lo;
+}
+
+// ---- device malloc ----------------------------------------------------------------------------
+constexpr size_t kRedzone = 64;
+struct HeapBlock { uintptr_t raw; uint64_t size; };
+static std::map<uintptr_t, HeapBlock>* g_heap;  // by the address malloc returned
+static volatile int g_heap_lock;
+static uintptr_t g_freed_lo[64];
+static uint64_t g_freed_size[64];
+static unsigned g_nfreed;
+
+// While a worker holds the lock (and runs std::map's code), a timer tick must not abandon it.
+static void heap_lock() {
+    if (Fiber* f = self()) ++f->w->busy;
+    while (__atomic_exchange_n(&g_heap_lock, 1, __ATOMIC_ACQUIRE)) {}
+}
+static bool heap_trylock() {
+    if (Fiber* f = self()) ++f->w->busy;
+    if (!__atomic_exchange_n(&g_heap_lock, 1, __ATOMIC_ACQUIRE)) return true;
+    if (Fiber* f = self()) --f->w->busy;
+    return false;
+}
+static void heap_unlock() {
+    __atomic_store_n(&g_heap_lock, 0, __ATOMIC_RELEASE);
+    if (Fiber* f = self()) --f->w->busy;
+}
+void reset_heap_lock() { __atomic_store_n(&g_heap_lock, 0, __ATOMIC_RELEASE); }
+
+extern "C" void* emu_device_malloc(size_t size, const char* file, int line) {
+    Fiber* f = self();
+    if (f && g_stop) stop_here(f, nullptr, file, line);
+    char* raw = static_cast<char*>(malloc(size + 2 * kRedzone));
+    if (!raw) return nullptr;
+    memset(raw, 0, kRedzone);
+    heap_lock();
+    if (!g_heap) g_heap = new std::map<uintptr_t, HeapBlock>();
+    (*g_heap)[reinterpret_cast<uintptr_t>(raw + kRedzone)] = HeapBlock{
+        reinterpret_cast<uintptr_t>(raw), size};
+    heap_unlock();
+    return raw + kRedzone;
+}
+
+extern "C" void emu_device_free(void* p, const char* file, int line) {
+    Fiber* f = self();
+    if (f && g_stop) stop_here(f, nullptr, file, line);
+    if (!p) return;
+    heap_lock();
+    auto it = g_heap ? g_heap->find(reinterpret_cast<uintptr_t>(p)) : std::map<uintptr_t,
+                                                                                HeapBlock>::iterator();
+    const bool found = g_heap && it != g_heap->end();
+    uintptr_t raw = 0;
+    if (found) {
+        raw = it->second.raw;
+        g_freed_lo[g_nfreed % 64] = it->first, g_freed_size[g_nfreed % 64] = it->second.size;
+        ++g_nfreed;
+        g_heap->erase(it);
+    }
+    heap_unlock();
+    if (found) return free(reinterpret_cast<void*>(raw));
+    if (!f) return;
+    set_fault(f->w, F_ACCESS, nullptr, file, line,
+              "free(%p): not an address device malloc returned, or freed already", p);
+    abort_fiber(f);
+}
+
+// A __device__ variable or a live malloc block whose object (margins included) holds a.
+Found find_object(uintptr_t a, bool wait) {
+    for (int i = 0; i < g_ndev; ++i)
+        if (a - g_dev[i].res_lo < g_dev[i].res_hi - g_dev[i].res_lo)
+            return Found{OBJ_DEVICE, g_dev[i].lo, g_dev[i].size, g_dev[i].name};
+    Found out{OBJ_NONE, 0, 0, nullptr};
+    if (wait) heap_lock();
+    else if (!heap_trylock()) return out;  // describing a fault that struck inside the lock
+    if (g_heap && !g_heap->empty()) {
+        auto it = g_heap->upper_bound(a + kRedzone);  // the first block starting after a's zone
+        if (it != g_heap->begin()) {
+            --it;
+            if (a - it->second.raw < it->second.size + 2 * kRedzone)
+                out = Found{OBJ_HEAP, it->first, it->second.size, "malloc"};
+        }
+    }
+    heap_unlock();
+    return out;
+}
+
+// ---- what an address is, for messages ---------------------------------------------------------
+static void relative(char* out, size_t n, uintptr_t a, size_t size, uintptr_t lo, uint64_t osize,
+                     const char* what) {
+    const long long before = static_cast<long long>(lo) - static_cast<long long>(a);
+    const long long past = static_cast<long long>(a + size) - static_cast<long long>(lo + osize);
+    if (before > 0)
+        snprintf(out, n, "%lld bytes before the start of %s", before, what);
+    else
+        snprintf(out, n, "ending %lld bytes past the end of %s (%llu bytes)", past, what,
+                 static_cast<unsigned long long>(osize));
+}
+
+void describe_address(char* out, size_t n, Fiber* f, uintptr_t a, size_t size) {
+    char what[128];
+    if (f && f->w->arena && a - reinterpret_cast<uintptr_t>(f->w->arena) < kArenaSpan) {
+        const uint64_t so = a - reinterpret_cast<uintptr_t>(f->w->arena);
+        const uint64_t slot = so >> kShShift;
+        const uintptr_t lo = reinterpret_cast<uintptr_t>(f->w->arena) + (slot << kShShift) + kShHalf;
+        if (slot) snprintf(what, sizeof what, "__shared__ '%s'", g_shdecl[slot - 1].name);
+        else snprintf(what, sizeof what, "the dynamic shared memory (extern __shared__)");
+        return relative(out, n, a, size, lo, slot ? g_shdecl[slot - 1].size : g_dyn_size, what);
+    }
+    if (a - g_arg_base < g_arg_span) {
+        const Region& R = g_regions[(a - g_arg_base) >> g_arg_shift];
+        const ArgBuf* b = &g_args[R.first];
+        for (int i = 1; i < R.n; ++i)  // the nearest of overlapping arguments
+            if (a >= g_args[R.first + i].lo) b = &g_args[R.first + i];
+        snprintf(what, sizeof what, "argument {arg%d}", b->param);
+        return relative(out, n, a, size, b->lo, b->size, what);
+    }
+    const Found o = find_object(a, false);
+    if (o.kind == OBJ_DEVICE) {
+        snprintf(what, sizeof what, "__device__ '%s'", o.name);
+        return relative(out, n, a, size, o.lo, o.size, what);
+    }
+    if (o.kind == OBJ_HEAP)
+        return relative(out, n, a, size, o.lo, o.size, "a block from device malloc");
+    for (unsigned i = 0; i < 64 && i < g_nfreed; ++i)
+        if (a - g_freed_lo[i] < g_freed_size[i]) {
+            snprintf(out, n, "inside a block of %llu bytes that device malloc returned and free "
+                     "released (use after free)", static_cast<unsigned long long>(g_freed_size[i]));
+            return;
+        }
+    if (in_runtime_data(a)) {
+        snprintf(out, n, "inside the emulator's own memory (a wild pointer?)");
+        return;
+    }
+    for (int i = 0; i < g_nargs && !g_arg_span; ++i) {  // fast mode: the caller's arrays
+        const ArgBuf& b = g_args[i];
+        if (a + (1u << 20) >= b.lo && a < b.lo + b.size + (1u << 20)) {
+            snprintf(what, sizeof what, "argument {arg%d}", b.param);
+            return relative(out, n, a, size, b.lo, b.size, what);
+        }
+    }
+    snprintf(out, n, "not inside any kernel argument, shared array, __device__ variable, malloc "
+             "block or the thread's stack");
+}

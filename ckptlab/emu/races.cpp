@@ -1,0 +1,133 @@
+// races.cpp: the race check. A shadow entry per 4 bytes holds the last writer and the readers
+// of the current barrier epoch, and which bytes of the granule they touched. An epoch is
+// (identity << 24 | the block's barrier count): the identity says which block (global memory:
+// its linear index + 1, in a shadow fresh each launch; shared memory: the worker's block count,
+// so entries of the worker's earlier blocks are stale). A conflict (write against anything,
+// read against a write, atomic against plain):
+//   shared memory  another thread of the block in the same epoch, unless both lanes of one
+//                  warp took part in a __syncwarp since the earlier access;
+//   global memory  the same, or any other block of this launch: blocks run in no promised
+//                  order (or at once) on a GPU, so only atomics may touch what another writes.
+// Workers share the global shadows: an access locks its stripe of the argument first.
+#include "runtime.h"
+
+static bool ordered(Worker* w, int t, int other_tid, uint32_t other_sync) {
+    return other_tid == t || (other_tid / 32 == t / 32 &&
+                              w->common[t / 32][t % 32][other_tid % 32] > other_sync);
+}
+
+static bool readers_ordered(Worker* w, int t, const Shadow& s) {
+    if (s.r_warp == kManyWarps) return false;  // a reader in another warp, no barrier since
+    if (s.r_warp != t / 32) return false;
+    for (int lane = 0; lane < 32; ++lane)  // every reader lane synced with us since its read
+        if (((s.r_lanes >> lane) & 1u) && lane != t % 32 &&
+            !(w->common[t / 32][t % 32][lane] > s.r_sync))
+            return false;
+    return true;
+}
+
+// kind: 0 read, 1 write, 2 atomic. True (and *out filled) on a conflict; the caller reports it
+// once it holds no lock.
+bool race_check(Worker* w, Fiber* f, Shadow* shadow, size_t off, size_t size, int kind,
+                uint64_t identity, bool global, Conflict* out) {
+    const int t = f->tid;
+    const uint16_t tid = static_cast<uint16_t>(t);
+    const uint64_t epoch = (identity << kEpochBits) | w->bepoch;
+    const bool write = kind != 0, atomic = kind == 2;
+    for (size_t g = off / 4; g <= (off + size - 1) / 4; ++g) {
+        const size_t lo = g * 4 > off ? g * 4 : off;
+        const size_t hi = g * 4 + 4 < off + size ? g * 4 + 4 : off + size;
+        const uint8_t m = static_cast<uint8_t>(((1u << (hi - lo)) - 1) << (lo - g * 4));
+        Shadow& s = shadow[g];
+        const uint64_t w_id = s.w_epoch >> kEpochBits, r_id = s.r_epoch >> kEpochBits;
+        if (w_id && (s.w_bytes & m) && !(atomic && s.w_atomic)) {
+            const char* theirs = s.w_atomic ? "updated atomically" : "wrote";
+            if (w_id != identity) {  // another block's (global) or stale (shared)
+                if (global) return *out = {theirs, lo, -1, true}, true;
+            } else if (s.w_epoch == epoch && !ordered(w, t, s.w_tid, s.w_sync)) {
+                return *out = {theirs, lo, s.w_tid, false}, true;
+            }
+        }
+        if (write && r_id && (s.r_bytes & m)) {
+            if (r_id != identity) {
+                if (global) return *out = {"read", lo, -1, true}, true;
+            } else if (s.r_epoch == epoch && !readers_ordered(w, t, s)) {
+                const bool one = s.r_warp == t / 32 && __builtin_popcount(s.r_lanes) == 1;
+                return *out = {"read", lo, one ? t - t % 32 + __builtin_ctz(s.r_lanes) : -1,
+                               false}, true;
+            }
+        }
+        if (write && global && s.r_other && s.r_other != static_cast<uint32_t>(identity))
+            return *out = {"read", lo, -1, true}, true;
+        if (write) {
+            if (s.w_epoch == epoch && s.w_tid == tid) s.w_bytes |= m;
+            else s.w_epoch = epoch, s.w_tid = tid, s.w_bytes = m;
+            s.w_sync = w->sync_id;
+            s.w_atomic = atomic;
+        } else if (s.r_epoch != epoch) {
+            if (global && r_id && r_id != identity) s.r_other = static_cast<uint32_t>(r_id);
+            s.r_epoch = epoch, s.r_warp = static_cast<uint16_t>(t / 32);
+            s.r_lanes = 1u << (t % 32), s.r_sync = w->sync_id, s.r_bytes = m;
+        } else {
+            if (s.r_warp != t / 32) s.r_warp = kManyWarps;
+            s.r_lanes |= 1u << (t % 32);
+            s.r_sync = w->sync_id;
+            s.r_bytes |= m;
+        }
+    }
+    return false;
+}
+
+[[noreturn]] void report_race(Fiber* f, const Conflict& c, int kind, int param, void* pc) {
+    char where[64], who[64] = "another thread";
+    if (param >= 0) snprintf(where, sizeof where, "byte +%zu of argument {arg%d}", c.byte, param);
+    else snprintf(where, sizeof where, "shared byte +%zu", c.byte);
+    if (c.other_block) {
+        snprintf(who, sizeof who, "another block");
+    } else if (c.other_tid >= 0) {
+        strcpy(who, "thread ");
+        describe_thread(who + 7, sizeof who - 7, f->w->fibers[c.other_tid]);
+    }
+    const char* mine = kind == 2 ? "updates atomically" : (kind ? "writes" : "reads");
+    set_fault(f->w, F_RACE, pc, nullptr, 0,
+              "%s-memory race: this thread %s %s, which %s %s earlier %s",
+              param >= 0 ? "global" : "shared", mine, where, who, c.theirs,
+              c.other_block ? "in this launch (blocks run in no fixed order on a GPU: use "
+                              "atomics, or give each element one writer)"
+                            : "with no __syncthreads in between");
+    abort_fiber(f);
+}
+
+// ---- stripes: workers check global memory one stripe of 256 bytes at a time ------------------
+constexpr int kStripes = 4096;
+static volatile int g_stripe[kStripes];
+
+static int stripe_of(int arg, size_t off) {
+    return static_cast<int>(((off >> 8) * 0x9E3779B1u + static_cast<size_t>(arg) * 977u) %
+                            kStripes);
+}
+static void lock1(int s) {
+    while (__atomic_exchange_n(&g_stripe[s], 1, __ATOMIC_ACQUIRE))
+        while (__atomic_load_n(&g_stripe[s], __ATOMIC_RELAXED)) {
+#if defined(__x86_64__)
+            __builtin_ia32_pause();
+#endif
+        }
+}
+static void unlock1(int s) { __atomic_store_n(&g_stripe[s], 0, __ATOMIC_RELEASE); }
+
+// Locks are reset when a launch starts: a worker abandoned mid-check cannot leave one held.
+void reset_stripes() { memset(const_cast<int*>(g_stripe), 0, sizeof g_stripe); }
+
+void lock_stripe(int arg, size_t off, size_t size) {
+    int a = stripe_of(arg, off), b = stripe_of(arg, off + size - 1);
+    if (a == b) return lock1(a);
+    if (a > b) std::swap(a, b);  // in order: no deadlock between two workers
+    lock1(a);
+    lock1(b);
+}
+void unlock_stripe(int arg, size_t off, size_t size) {
+    const int a = stripe_of(arg, off), b = stripe_of(arg, off + size - 1);
+    unlock1(a);
+    if (b != a) unlock1(b);
+}

@@ -1,0 +1,347 @@
+// signals.cpp: faults, and the signals that end a launch without ending the process.
+//
+//   faults     the first one (set_fault: claimed atomically among workers) becomes the EmuError
+//              Python raises; it stops every worker. In-fiber errors switch back to the
+//              worker's scheduler; signals record what they saw and siglongjmp to the worker.
+//   stopping   the watchdog and Ctrl-C ask every worker to stop (request_stop). A kernel thread
+//              stops only where nothing it interrupted can hold a lock: at a memory hook, a
+//              barrier, a warp operation, malloc/free (all in the runtime), or at a timer tick
+//              that finds it in the kernel's own code; never inside libc (a malloc interrupted
+//              and abandoned would leave glibc's arena locked: the next malloc would hang).
+//              Ticks come every 100 ms, every 1 ms once a stop is asked. The message is written
+//              after the siglongjmp; the source line is found by Python after the launch.
+#include "runtime.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdarg>
+
+// ---- where things are: the module's code and data, the runtime's own ----------------------------
+extern "C" char __start_emu_runtime_text[] __attribute__((weak, visibility("hidden")));
+extern "C" char __stop_emu_runtime_text[] __attribute__((weak, visibility("hidden")));
+extern "C" char __start_emu_runtime_data[] __attribute__((weak, visibility("hidden")));
+extern "C" char __stop_emu_runtime_data[] __attribute__((weak, visibility("hidden")));
+extern "C" char __start_emu_runtime_bss[] __attribute__((weak, visibility("hidden")));
+extern "C" char __stop_emu_runtime_bss[] __attribute__((weak, visibility("hidden")));
+
+static uintptr_t g_mod_lo[16], g_mod_hi[16], g_text_lo, g_text_hi, g_bias;
+static int g_nmod = -1;
+
+void find_module_ranges() {
+    if (g_nmod >= 0) return;  // once: the module does not move
+    g_nmod = 0;
+    dl_iterate_phdr(
+        [](struct dl_phdr_info* info, size_t, void*) -> int {
+            const uintptr_t me = reinterpret_cast<uintptr_t>(&find_module_ranges);
+            bool mine = false;
+            for (int i = 0; i < info->dlpi_phnum; ++i) {
+                const auto& ph = info->dlpi_phdr[i];
+                const uintptr_t lo = info->dlpi_addr + ph.p_vaddr, hi = lo + ph.p_memsz;
+                mine |= ph.p_type == PT_LOAD && me >= lo && me < hi;
+            }
+            if (!mine) return 0;
+            g_bias = info->dlpi_addr;
+            for (int i = 0; i < info->dlpi_phnum; ++i) {
+                const auto& ph = info->dlpi_phdr[i];
+                if (ph.p_type != PT_LOAD || g_nmod >= 16) continue;
+                const uintptr_t lo = info->dlpi_addr + ph.p_vaddr, hi = lo + ph.p_memsz;
+                g_mod_lo[g_nmod] = lo, g_mod_hi[g_nmod++] = hi;
+                if (ph.p_flags & PF_X) g_text_lo = lo, g_text_hi = hi;
+            }
+            return 1;
+        },
+        nullptr);
+}
+
+bool in_module(uintptr_t a) {
+    for (int i = 0; i < g_nmod; ++i)
+        if (a >= g_mod_lo[i] && a < g_mod_hi[i]) return true;
+    return false;
+}
+static bool within(uintptr_t a, const char* lo, const char* hi) {
+    return lo && a >= reinterpret_cast<uintptr_t>(lo) && a < reinterpret_cast<uintptr_t>(hi);
+}
+// The kernel's own code: the module's, not the runtime's (build.py renames its sections).
+bool in_kernel_code(uintptr_t pc) {
+    return pc >= g_text_lo && pc < g_text_hi &&
+           !within(pc, __start_emu_runtime_text, __stop_emu_runtime_text);
+}
+bool in_runtime_data(uintptr_t a) {
+    return within(a, __start_emu_runtime_data, __stop_emu_runtime_data) ||
+           within(a, __start_emu_runtime_bss, __stop_emu_runtime_bss);
+}
+// Offset of an instruction in the module, for addr2line (0: not the module's).
+uint64_t pc_offset(void* pc) {
+    const uintptr_t p = reinterpret_cast<uintptr_t>(pc);
+    return p >= g_text_lo && p < g_text_hi ? p - g_bias : 0;
+}
+
+// ---- faults -----------------------------------------------------------------------------------
+static double elapsed_s() {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (now.tv_sec - g_t0.tv_sec) + 1e-9 * (now.tv_nsec - g_t0.tv_nsec);
+}
+
+void set_fault(Worker* w, int kind, void* pc, const char* file, int line, const char* fmt, ...) {
+    int expected = -1;
+    if (!__atomic_compare_exchange_n(&g_fault_owner, &expected, w ? w->index : kMaxWorkers,
+                                     false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return;  // keep the first fault
+    g_fault.kind = kind;
+    Fiber* f = w ? w->cur : nullptr;
+    if (w) {
+        g_fault.block[0] = w->block.x, g_fault.block[1] = w->block.y;
+        g_fault.block[2] = w->block.z;
+    }
+    g_fault.has_thread = f != nullptr;
+    if (f) g_fault.thread[0] = f->idx.x, g_fault.thread[1] = f->idx.y, g_fault.thread[2] = f->idx.z;
+    g_fault.pc = pc_offset(pc);
+    g_fault.line = line;
+    snprintf(g_fault.file, sizeof g_fault.file, "%s", file ? file : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_fault.message, sizeof g_fault.message, fmt, ap);
+    va_end(ap);
+    request_stop(0);
+}
+
+// An error found while a fiber runs: record it (set_fault) and leave that fiber for good.
+[[noreturn]] void abort_fiber(Fiber* f) {
+    f->state = ABORTED;
+    switch_to_scheduler(f);
+    __builtin_unreachable();
+}
+
+static void stop_message(Worker* w, int kind, void* pc, const char* file, int line) {
+    if (kind == F_WATCHDOG)
+        set_fault(w, F_WATCHDOG, pc, file, line,
+                  "watchdog: the launch ran longer than %.1f s (an endless loop or a spin-wait "
+                  "that no other thread can release?); change the limit with "
+                  "ckptlab.emu.configure(watchdog_s=...)",
+                  g_cfg.watchdog_s);
+    else if (kind == F_INTERRUPT)
+        set_fault(w, F_INTERRUPT, pc, file, line, "interrupted (Ctrl-C) after %.1f s",
+                  elapsed_s());
+}
+
+// A kernel thread at a safe point sees a stop: the watchdog or Ctrl-C names this place.
+[[noreturn]] void stop_here(Fiber* f, void* pc, const char* file, int line) {
+    if (g_fault_owner < 0) stop_message(f->w, g_stop_kind, pc, file, line);
+    abort_fiber(f);
+}
+
+void describe_thread(char* out, size_t n, const Fiber& f) {
+    snprintf(out, n, "(%u,%u,%u)", f.idx.x, f.idx.y, f.idx.z);
+}
+
+static volatile double g_stop_time;
+void request_stop(int kind) {
+    int none = 0;
+    if (kind) __atomic_compare_exchange_n(&g_stop_kind, &none, kind, false, __ATOMIC_ACQ_REL,
+                                          __ATOMIC_ACQUIRE);
+    if (!__atomic_exchange_n(&g_stop, 1, __ATOMIC_ACQ_REL)) g_stop_time = elapsed_s();
+}
+
+// ---- signals ---------------------------------------------------------------------------------
+static const int kTickSignal = SIGRTMIN + 4;
+static const int kSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGINT};
+constexpr int kNSignals = 6;
+static struct sigaction g_old[kNSignals], g_old_tick;
+static timer_t g_timer;
+static bool g_timer_ok, g_fast_ticks;
+static volatile int g_active, g_interrupt;  // a launch runs; Ctrl-C arrived during it
+static pid_t g_launch_tid;
+
+static pid_t gettid_() { return static_cast<pid_t>(syscall(SYS_gettid)); }
+static Worker* this_worker() {
+    const pid_t me = gettid_();
+    for (int k = 0; k < g_nworkers; ++k)
+        if (g_workers[k] && g_workers[k]->tid == me) return g_workers[k];
+    return nullptr;
+}
+
+static void forward(int sig, siginfo_t* si, void* uc) {  // to whoever had the signal before
+    for (int i = 0; i < kNSignals; ++i) {
+        if (kSignals[i] != sig) continue;
+        const struct sigaction& old = g_old[i];
+        if (old.sa_handler == SIG_IGN) return;
+        if (old.sa_handler == SIG_DFL) {
+            sigaction(sig, &old, nullptr);
+            if (sig == SIGINT) raise(sig);
+            return;  // a fault re-executes its instruction: the default action follows
+        }
+        if (old.sa_flags & SA_SIGINFO) old.sa_sigaction(sig, si, uc);
+        else old.sa_handler(sig);
+    }
+}
+
+// Ctrl-C may reach any thread. During a launch the launching thread's next tick stops it; if
+// the launch ended meanwhile, whoever takes g_interrupt back (here, or emu_launch) passes it on.
+static void on_sigint(siginfo_t* si, void* uc) {
+    if (__atomic_load_n(&g_active, __ATOMIC_SEQ_CST)) {
+        __atomic_store_n(&g_interrupt, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&g_active, __ATOMIC_SEQ_CST)) return;
+        if (!__atomic_exchange_n(&g_interrupt, 0, __ATOMIC_SEQ_CST)) return;
+    }
+    forward(SIGINT, si, uc);
+}
+
+// The launching thread's timer: the watchdog, Ctrl-C, and once a stop is asked, a tick to
+// each worker every 1 ms until it has stopped.
+static void supervise() {
+    if (__atomic_exchange_n(&g_interrupt, 0, __ATOMIC_SEQ_CST)) request_stop(F_INTERRUPT);
+    else if (!g_stop && elapsed_s() >= g_cfg.watchdog_s) request_stop(F_WATCHDOG);
+    if (!g_stop) return;
+    if (!g_fast_ticks && g_timer_ok) {
+        struct itimerspec its{};
+        its.it_interval.tv_nsec = its.it_value.tv_nsec = 1000 * 1000;
+        timer_settime(g_timer, 0, &its, nullptr);
+        g_fast_ticks = true;
+    }
+    for (int k = 0; k < g_nworkers; ++k)
+        if (const pid_t tid = g_workers[k]->tid) syscall(SYS_tgkill, getpid(), tid, kTickSignal);
+}
+
+// A worker's tick: stop here only in the kernel's own code (no lock held), or after 5 s of
+// trying (a thread blocked that long in libc: then it is retired).
+static void tick(Worker* w, uintptr_t pc) {
+    if (!g_stop || !w->cur || w->busy) return;
+    const bool safe = in_kernel_code(pc);
+    if (!safe && elapsed_s() - g_stop_time < 5.0) return;
+    w->pending_kind = g_fault_owner < 0 ? g_stop_kind : 0;
+    w->pending_sig = kTickSignal;
+    w->pending_pc = reinterpret_cast<void*>(pc + 1);  // Python looks up pc - 1
+    w->pending_retire = !safe;
+    siglongjmp(w->jmp, 1);
+}
+
+static void on_signal(int sig, siginfo_t* si, void* ucv) {
+    const int saved_errno = errno;
+    if (sig == SIGINT) {
+        on_sigint(si, ucv);
+        errno = saved_errno;
+        return;
+    }
+    Worker* w = g_active ? this_worker() : nullptr;
+    uintptr_t pc = 0;
+#if defined(__x86_64__)
+    pc = static_cast<uintptr_t>(static_cast<ucontext_t*>(ucv)->uc_mcontext.gregs[REG_RIP]);
+#endif
+    if (sig == kTickSignal) {
+        if (g_active && gettid_() == g_launch_tid) supervise();
+        else if (w) tick(w, pc);
+        errno = saved_errno;
+        return;
+    }
+    if (!w || !w->cur) {  // not from a kernel thread
+        forward(sig, si, ucv);
+        errno = saved_errno;
+        return;
+    }
+    w->pending_kind = F_SIGNAL, w->pending_sig = sig;
+    w->pending_pc = reinterpret_cast<void*>(pc + 1);
+    w->pending_addr = si->si_addr;
+    // Inside the C library (glibc's abort on a corrupted heap, a bad pointer in memcpy): it may
+    // hold a lock. The kernel's code and the runtime's hold none of glibc's.
+    w->pending_retire = !in_module(pc);
+    request_stop(0);
+    siglongjmp(w->jmp, 1);
+}
+
+// After a siglongjmp: the message, now that no handler runs and no lock is held.
+void record_pending_fault(Worker* w) {
+    Fiber* f = w->cur;
+    void* pc = w->pending_pc;
+    const int sig = w->pending_sig;
+    if (w->pending_kind == F_WATCHDOG || w->pending_kind == F_INTERRUPT)
+        return stop_message(w, w->pending_kind, pc, nullptr, 0);
+    if (w->pending_kind != F_SIGNAL) return;  // stopped for another worker's fault
+    const uintptr_t a = reinterpret_cast<uintptr_t>(w->pending_addr);
+    if ((sig == SIGSEGV || sig == SIGBUS) && f &&
+        a + kGuard + (1u << 20) >= reinterpret_cast<uintptr_t>(f->lo) &&
+        a < reinterpret_cast<uintptr_t>(f->lo)) {
+        set_fault(w, F_STACK, pc, nullptr, 0,
+                  "fiber stack overflow: this thread used more than its %zu KiB stack (large "
+                  "local arrays?); raise it with ckptlab.emu.configure(stack_kib=...)",
+                  g_stack_size / 1024);
+    } else if (sig == SIGSEGV || sig == SIGBUS) {
+        char where[320];
+        describe_address(where, sizeof where, f, a, 1);
+        set_fault(w, F_SIGNAL, pc, nullptr, 0, "invalid memory access at %p (%s): %s",
+                  w->pending_addr, sig == SIGSEGV ? "SIGSEGV" : "SIGBUS", where);
+    } else if (sig == SIGFPE) {
+        set_fault(w, F_SIGNAL, pc, nullptr, 0,
+                  "arithmetic exception (SIGFPE): an integer division by zero? (on a GPU it "
+                  "gives garbage instead)");
+    } else if (sig == SIGABRT) {
+        set_fault(w, F_SIGNAL, pc, nullptr, 0,
+                  "abort() (SIGABRT) inside the C library: glibc found a corrupted heap (a "
+                  "free of a bad pointer?); its abort() does not expect to return, so restart "
+                  "Python before trusting this process further");
+    } else {
+        set_fault(w, F_SIGNAL, pc, nullptr, 0, "illegal instruction (SIGILL)");
+    }
+}
+
+void install_signals(int watchdog_ms) {
+    (void)watchdog_ms;
+    g_launch_tid = gettid_();
+    g_fast_ticks = false;
+    struct sigaction sa{};
+    sa.sa_sigaction = on_signal;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < kNSignals; ++i) sigaction(kSignals[i], &sa, &g_old[i]);
+    sigaction(kTickSignal, &sa, &g_old_tick);
+    struct sigevent sev{};
+    sev.sigev_notify = SIGEV_THREAD_ID;
+    sev.sigev_signo = kTickSignal;
+#ifdef sigev_notify_thread_id
+    sev.sigev_notify_thread_id = g_launch_tid;
+#else
+    sev._sigev_un._tid = g_launch_tid;
+#endif
+    g_timer_ok = timer_create(CLOCK_MONOTONIC, &sev, &g_timer) == 0;
+    if (g_timer_ok) {
+        struct itimerspec its{};
+        its.it_interval.tv_nsec = its.it_value.tv_nsec = 100 * 1000 * 1000;  // 10 ticks/s
+        timer_settime(g_timer, 0, &its, nullptr);
+    }
+    __atomic_store_n(&g_interrupt, 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&g_active, 1, __ATOMIC_SEQ_CST);
+}
+
+void remove_signals() {
+    __atomic_store_n(&g_active, 0, __ATOMIC_SEQ_CST);
+    if (g_timer_ok) timer_delete(g_timer);
+    g_timer_ok = false;
+    for (int i = 0; i < kNSignals; ++i) sigaction(kSignals[i], &g_old[i], nullptr);
+    sigaction(kTickSignal, &g_old_tick, nullptr);
+    // A Ctrl-C that arrived during the launch and stopped nothing: Python's handler gets it now.
+    if (__atomic_exchange_n(&g_interrupt, 0, __ATOMIC_SEQ_CST)) raise(SIGINT);
+}
+
+// Each worker's OS thread handles its signals on a stack of its own (a fiber's overflow).
+void worker_signals(Worker* w, bool on) {
+    if (on) {
+        w->pending_retire = false;
+        w->tid = gettid_();
+        if (!w->altstack) w->altstack = static_cast<char*>(malloc(64 * 1024));
+        stack_t ss{};
+        ss.ss_sp = w->altstack;
+        ss.ss_size = 64 * 1024;
+        sigaltstack(&ss, &w->old_altstack);
+    } else {
+        sigset_t all;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, nullptr);  // a late tick stays pending, then vanishes
+        w->tid = 0;
+        sigaltstack(&w->old_altstack, nullptr);
+    }
+}
