@@ -18,7 +18,7 @@ from ckptlab.kernels.table import instantiations
 
 # The tensor-core attention files instantiate 32 and 100 templates (two 16-bit types, eight tile
 # head dims, both methods and dQ modes): about 25 s and 60 s per arch for NVRTC, so they run
-# with the slow tests (CI runs those too). No files: test_there_are_kernels fails, no skip.
+# with the slow tests (CI runs those too). No *.cu at all: test_there_are_kernels fails.
 KERNEL_FILES = [pytest.param(p, marks=pytest.mark.slow) if p.name.endswith("_tc.cu") else p
                 for p in sorted(KERNELS_DIR.glob("*.cu"))]
 HAS_NVCC = shutil.which("nvcc") is not None
