@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(Bc / TC * WARP) attn_flash_bwd_dkdv_tc(
             const int i = q0 + ii;
             // S_ij: read back (stored) or recomputed (flash), then P_ij = exp(S_ij - L_i)
             const float s = STORED ? Ss[ii * LDS + jj] : scale * Ss[ii * LDS + jj];
-            const float p = tc_visible(i, j, Nq, Nk, causal) ? expf(s - Ls[ii]) : 0.0f;
+            const float p = visible(i, j, Nq, Nk, causal) ? expf(s - Ls[ii]) : 0.0f;
             const float z = p > 0.0f ? dropout_factor(drop, (bh * Nq + i) * Nk + j) : 0.0f;
             Pd[ii * LDP + jj] = from_float<T>(p * z);
             dSs[ii * LDP + jj] = from_float<T>(p * (dPs[ii * LDS + jj] * z - Ds[ii]));  // dS = P (dP - D)
@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(Br / TC * WARP) attn_flash_bwd_dq_tc(
         for (int c = half; c < Bc; c += 2) {  // the same values as attn_flash_bwd_dkdv_tc
             const int j = k0 + c;
             const float s = STORED ? Ss[r * LDS + c] : scale * Ss[r * LDS + c];
-            const float p = tc_visible(i, j, Nq, Nk, causal) ? expf(s - Ls[r]) : 0.0f;  // P_ij
+            const float p = visible(i, j, Nq, Nk, causal) ? expf(s - Ls[r]) : 0.0f;  // P_ij
             const float z = p > 0.0f ? dropout_factor(drop, (bh * Nq + i) * Nk + j) : 0.0f;
             dSs[r * LDP + c] = from_float<T>(p * (dPs[r * LDS + c] * z - Ds[r]));  // dS = P (dP - D)
         }

@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(Br / TC * WARP) attn_flash_fwd_tc(
         float m_tile = -INFINITY;
         for (int c = half; c < Bc; c += 2) {
             const int j = k0 + c;
-            const bool seen = tc_visible(i, j, Nq, Nk, causal);
+            const bool seen = visible(i, j, Nq, Nk, causal);
             const float s = seen ? scale * Ss[r * LDS + c] : -INFINITY;
             if (STORED && seen) S[(bh * Nq + i) * Nk + j] = s;
             Ss[r * LDS + c] = s;

@@ -2,7 +2,6 @@
 //
 //   TC                      the wmma tile: 16 x 16 x 16 (m = n = k), for __half and __nv_bfloat16
 //   to_float, from_float    the 16-bit storage type T <-> fp32 (round to nearest even)
-//   tc_visible              does query i see key j (in range; causal aligned bottom-right)
 //   load_tile               rows of a (N, d) matrix of T into a shared tile, zero past N and d
 //   load_vec_tc             a tile's entries of a per-row fp32 vector (L, D)
 //   load_scores_tc          a (Br x Bc) tile of the stored scores S (fp32) into shared memory
@@ -41,11 +40,6 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
     return __float2bfloat16(x);
 }
 
-// Does query i see key j: both in range and, when causal, j <= i + Nk - Nq (bottom-right).
-__device__ __forceinline__ bool tc_visible(int i, int j, int Nq, int Nk, int causal) {
-    return i < Nq && j < Nk && (!causal || j <= i + Nk - Nq);
-}
-
 // Rows [r0, r0 + R) of a row-major (N, d) matrix into dst (R rows of ld elements, Dt used):
 // dst[rr][c] = src[r0 + rr][c] for rows < N and c < d, 0 elsewhere (padding is never loaded).
 template <class T, int Dt>
@@ -73,7 +67,7 @@ __device__ __forceinline__ void load_scores_tc(float* dst, int ld, const float* 
                                                int tid, int nthreads) {
     for (int e = tid; e < Br * Bc; e += nthreads) {
         const int ii = e / Bc, jj = e % Bc, i = q0 + ii, j = k0 + jj;
-        dst[ii * ld + jj] = tc_visible(i, j, Nq, Nk, causal) ? S[(long long)i * Nk + j] : -INFINITY;
+        dst[ii * ld + jj] = visible(i, j, Nq, Nk, causal) ? S[(long long)i * Nk + j] : -INFINITY;
     }
 }
 

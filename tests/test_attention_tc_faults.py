@@ -62,3 +62,26 @@ def test_wrong_inputs_are_refused_with_what_was_expected():
             flash_tc.tc_backward(b[3], *b[:3], saved)
         with pytest.raises(TypeError, match="deterministic must be a bool"):
             flash_tc.tc_backward(dO, q, k, v, saved, deterministic="yes")
+
+
+def test_the_fp32_wrappers_hand_16bit_inputs_to_the_tensor_cores():
+    """flash_forward / stored_forward (and kernels.forward / backward by name) take float16 and
+    bfloat16 arrays and run the tensor-core pair: the same bits as flash_tc called directly."""
+    from ckptlab import kernels
+
+    q, k, v, dO = inputs(1, 2, 30, 41, 24, np.float16, seed=5)
+    with device.use("emu"), emu.settings(mode="fast"):
+        for method, fwd in (("flash", kernels.flash_forward), ("stored", kernels.stored_forward)):
+            O, saved = fwd(q, k, v, causal=True)
+            O_tc, saved_tc = flash_tc.tc_forward(method, q, k, v, causal=True)
+            assert O.dtype == np.float16 and saved.method == method
+            assert np.array_equal(O.view(np.uint16), O_tc.view(np.uint16))
+            grads = kernels.backward(method, dO, q, k, v, saved, deterministic=True)
+            want = flash_tc.tc_backward(dO, q, k, v, saved_tc, deterministic=True)
+            for g, w in zip(grads, want, strict=True):
+                assert g.dtype == np.float16 and np.array_equal(g.view(np.uint16),
+                                                                w.view(np.uint16))
+        _, saved = kernels.stored_forward(q, k, v)
+        with pytest.raises(TypeError, match="saved must be what flash_forward returned, got "
+                                            "stored"):
+            kernels.flash_backward(dO, q, k, v, saved)

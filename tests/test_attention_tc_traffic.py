@@ -1,6 +1,7 @@
-"""Counted bytes (the emulator) == modeled bytes (ckptlab.measure.traffic_tc), exactly, for every
-launch and pointer argument of the tensor-core attention kernels; at the same tiles the bf16 flash
-pair moves half the fp32 pair's bytes; the shared-memory sizes Python computes are the kernels'."""
+"""Counted and unique bytes (the emulator) == modeled bytes (ckptlab.measure.traffic_tc),
+exactly, for every launch and pointer argument of the tensor-core attention kernels; at the same
+tiles the bf16 flash pair moves half the fp32 pair's bytes; the shared-memory sizes Python
+computes are the kernels'."""
 
 import ml_dtypes
 import numpy as np
@@ -35,6 +36,18 @@ def modeled(launches) -> list:
                         for n in m.read}) for m in launches]
 
 
+def counted_unique(rec) -> list:
+    return [(x.kernel, {n: (a.unique_read_bytes, a.unique_write_bytes)
+                        for n, a in x.args.items()}) for x in rec.launches]
+
+
+def modeled_unique(launches) -> list:
+    """The emulator counts an atomicAdd's address as read and written; the model apart."""
+    return [(m.kernel, {n: (m.unique_read[n] + m.unique_atomic[n],
+                            m.unique_write[n] + m.unique_atomic[n]) for n in m.read})
+            for m in launches]
+
+
 SHAPES = [  # (B, H, Nq, Nk, d, causal, dtype)
     (1, 1, 1, 1, 8, False, "bfloat16"),
     (2, 1, 17, 40, 32, True, "float16"),
@@ -50,13 +63,15 @@ def test_counted_bytes_equal_the_model(B, H, Nq, Nk, d, causal, dtype, method):
     q, k, v, dO = inputs(B, H, Nq, Nk, d, DTYPES[dtype])
     with emu.record() as rec:
         _, saved = flash_tc.tc_forward(method, q, k, v, causal=causal, dropout_p=0.1, seed=3)
-    assert counted(rec) == modeled(
-        traffic_tc.tc_forward_traffic(method, B, H, Nq, Nk, d, causal, dtype))
+    model = traffic_tc.tc_forward_traffic(method, B, H, Nq, Nk, d, causal, dtype)
+    assert counted(rec) == modeled(model)
+    assert counted_unique(rec) == modeled_unique(model)
     for det in (False, True):
         with emu.record() as rec:
             flash_tc.tc_backward(dO, q, k, v, saved, deterministic=det)
-        assert counted(rec) == modeled(traffic_tc.tc_backward_traffic(
-            method, B, H, Nq, Nk, d, causal, det, dtype)), f"deterministic={det}"
+        model = traffic_tc.tc_backward_traffic(method, B, H, Nq, Nk, d, causal, det, dtype)
+        assert counted(rec) == modeled(model), f"deterministic={det}"
+        assert counted_unique(rec) == modeled_unique(model), f"deterministic={det}"
 
 
 def test_bf16_flash_moves_half_the_bytes_of_fp32_flash():

@@ -248,4 +248,6 @@ def test_wmma_gemm_matches_and_counts_exactly(ctype, M, N, K):
     model = traffic.wmma_gemm(M, N, K, ctype)
     assert {n: a.read_bytes for n, a in launch.args.items()} == model.read
     assert {n: a.write_bytes for n, a in launch.args.items()} == model.write
+    assert {n: a.unique_read_bytes for n, a in launch.args.items()} == model.unique_read
+    assert {n: a.unique_write_bytes for n, a in launch.args.items()} == model.unique_write
     assert launch.atomic_ops == 0 and launch.threads == 32 * -(-M // 16) * -(-N // 16)

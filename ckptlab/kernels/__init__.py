@@ -13,11 +13,14 @@ Three methods, one change at a time: naive (unfused) -> stored (fused, P's score
     naive.py    standard attention: S and P in HBM (3 launches forward, 5 backward)
     flash.py    FlashAttention: O and L kept, P recomputed from L in the backward
     stored.py   the same fused kernels, store-P: S written by the forward, read back
+    flash_tc.py the fused pair on tensor cores (float16 / bfloat16 inputs: flash_forward and
+                stored_forward hand them over), 16-bit storage, wmma, fp32 statistics
     methods.py  the three methods by name: METHODS, forward(method, ...), backward(...)
     nvrtc.py    NVIDIA's compiler as a check without a GPU: registers, shared memory, spills
 
-Arrays are fp32 (B, H, N, d), C-contiguous, of the current target (NumPy on "emu", CuPy on
-"cuda"). Every input is checked before anything is launched, `saved` included.
+Arrays are fp32 (B, H, N, d) (float16 / bfloat16 for the fused pair), C-contiguous, of the
+current target (NumPy on "emu", CuPy on "cuda"). Every input is checked before anything is
+launched, `saved` included.
 
 Values are not checked (that would cost a pass over the data): a NaN or Inf in q, k, v or dO
 propagates as the math does, within its head: the outputs it reaches through a sum come out

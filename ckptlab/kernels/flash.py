@@ -5,9 +5,11 @@ method: nothing N x N in HBM.
     dq, dk, dv = flash_backward(dO, q, k, v, saved, deterministic=False)
 
 Arrays are fp32 (B, H, N, d), C-contiguous, of the current target, any head dim d that is a
-multiple of 8 up to 256. The forward keeps exactly O and L = m + log l (B, H, Nq); the backward
-recomputes P = exp(S - L) tile by tile. The store-P method (stored.py) launches the same
-kernels with the template switch STORED = true; fused_forward / fused_backward do both.
+multiple of 8 up to 256; float16 or bfloat16 arrays run the tensor-core pair instead
+(flash_tc.py: 16-bit storage, wmma matmuls, fp32 softmax statistics), same options. The
+forward keeps exactly O and L = m + log l (B, H, Nq); the backward recomputes P = exp(S - L)
+tile by tile. The store-P method (stored.py) launches the same kernels with the template switch
+STORED = true; fused_forward / fused_backward do both.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ckptlab.kernels.common import (
     dropout_args,
     poisoned,
 )
+from ckptlab.kernels.flash_tc import is_16bit, tc_backward, tc_forward
 from ckptlab.kernels.table import (
     LANES,
     SOFTMAX_ROWS,
@@ -52,6 +55,8 @@ def _module(filename: str, d: int, wanted: tuple):
 
 def fused_forward(method: str, q, k, v, causal, scale, dropout_p, seed, offset, tiles):
     """One launch of attn_flash_fwd<Dt, Br, Bc, method == "stored">; O and the Saved state."""
+    if is_16bit(q):  # float16 / bfloat16 inputs: the tensor-core kernels (flash_tc.py)
+        return tc_forward(method, q, k, v, causal, scale, dropout_p, seed, offset, tiles=tiles)
     stored = method == "stored"
     B, H, Nq, Nk, d = check_qkv(q, k, v)
     causal, scale, p, seed, offset = check_options(causal, scale, dropout_p, seed, offset, d)
@@ -71,6 +76,8 @@ def fused_forward(method: str, q, k, v, causal, scale, dropout_p, seed, offset, 
 
 def fused_backward(method: str, dO, q, k, v, saved, deterministic, tiles):
     """preprocess, dkdv<..., deterministic, stored> and, if deterministic, dq<..., stored>."""
+    if is_16bit(q):  # float16 / bfloat16 inputs: the tensor-core kernels (flash_tc.py)
+        return tc_backward(dO, q, k, v, saved, deterministic, tiles=tiles, method=method)
     stored = method == "stored"
     B, H, Nq, Nk, d = check_qkv(q, k, v)
     check_array("dO", dO, (B, H, Nq, d))

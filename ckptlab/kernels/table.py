@@ -131,9 +131,9 @@ def instantiations(filename: str, tile_dims=TILE_HEAD_DIMS) -> list[str]:
         return [template_name("wmma_gemm", t) for t in WMMA_TYPES]
     if filename in ("attn_flash_fwd_tc.cu", "attn_flash_bwd_tc.cu"):
         fwd = filename == "attn_flash_fwd_tc.cu"
-        return [n for t in TC_TYPES.values() for Dt in TC_TILE_HEAD_DIMS
+        return [n for t in TC_TYPES.values() for Dt in tile_dims
                 for role, n in tc_names(t, Dt).items() if role.startswith("fwd") == fwd
-                and (role not in ("preprocess", "convert") or Dt == TC_TILE_HEAD_DIMS[0])]
+                and (role not in ("preprocess", "convert") or Dt == tile_dims[0])]
     names = []
     for D in tile_dims:
         for stored in (False, True):
@@ -150,16 +150,16 @@ TC = cdefs.constant(device.KERNELS_DIR / "tc_common.cuh", "TC")  # the wmma tile
 TC_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16"}  # NumPy dtype name -> C type T
 # d is rounded up to a tile head dim Dt, a multiple of TC (FlashAttention 2's 32, 64, 96, 128,
 # 160, 192, 256, and 16 for the labs' small heads); padded columns are zero in shared memory
-TC_TILE_HEAD_DIMS = (16, 32, 64, 96, 128, 160, 192, 256)
+TC_TILE_HEAD_DIMS = TILE_HEAD_DIMS
 # Default (Br, Bc) per Dt: the fp32 kernels' own tiles (FWD_TILES, BWD_TILES) wherever they
 # are multiples of the wmma tile, so that comparing the two changes the precision and nothing
 # else (the same blocks, the same re-reads of K, V or Q, dO); 16 x 16 where the fp32 tiles are
 # narrower. The tensor-core tiles need more shared memory (an fp32 O or dK/dV accumulator
 # beside 16-bit tiles, padded rows): above 48 KiB the launch opts in, as CUDA requires.
-TC_FWD_TILES = {16: (64, 32), 32: (64, 32), 64: (64, 32), 96: (64, 16), 128: (32, 16),
-                160: (32, 16), 192: (16, 16), 256: (16, 16)}
-TC_BWD_TILES = {16: (32, 32), 32: (32, 32), 64: (32, 32), 96: (16, 32), 128: (16, 16),
-                160: (16, 16), 192: (16, 16), 256: (16, 16)}
+TC_FWD_TILES = {Dt: t if t[0] % TC == 0 and t[1] % TC == 0 else (TC, TC)
+                for Dt, t in FWD_TILES.items()}
+TC_BWD_TILES = {Dt: t if t[0] % TC == 0 and t[1] % TC == 0 else (TC, TC)
+                for Dt, t in BWD_TILES.items()}
 # The most shared memory a block may opt in to on every GPU with bf16 tensor cores: 99 KiB on
 # compute capability 8.6 / 8.9 (163 KiB on 8.0, 227 KiB on 9.0; CUDA C++ Programming Guide,
 # "Technical Specifications per Compute Capability").
@@ -167,11 +167,11 @@ TC_SHARED_MAX = 99 * 1024
 
 
 def tc_tile_head_dim(d: int) -> int:
-    """Dt for head dim d: the smallest TC_TILE_HEAD_DIMS entry >= d (d a multiple of 8 <= 256)."""
-    if not isinstance(d, (int, np.integer)) or d % 8 or not 8 <= d <= TC_TILE_HEAD_DIMS[-1]:
-        raise ValueError(f"head dim d must be a multiple of 8 in [8, {TC_TILE_HEAD_DIMS[-1]}] "
-                         f"for the tensor-core kernels, got d={d!r}")
-    return next(t for t in TC_TILE_HEAD_DIMS if t >= d)
+    """Dt for head dim d, as the fp32 kernels round it (tile_head_dim): every TILE_HEAD_DIMS
+    entry is a multiple of TC."""
+    if not isinstance(d, (int, np.integer)):
+        raise ValueError(f"head dim d must be an int, got d={d!r}")
+    return tile_head_dim(int(d))
 
 
 def _tc_round(n: int) -> int:  # each region of the dynamic shared buffer starts 128-aligned

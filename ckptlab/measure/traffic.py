@@ -355,7 +355,8 @@ def wmma_gemm(M: int, N: int, K: int, ctype: str = "__nv_bfloat16",
     e = WMMA_TYPES[ctype]
     return _kernel(template_name("wmma_gemm", ctype),
                    {"A": e * M * K * ceil_div(N, tile), "B": e * K * N * ceil_div(M, tile)},
-                   {"C": BYTES * M * N}, flops=2 * M * N * K)
+                   {"C": BYTES * M * N}, flops=2 * M * N * K,
+                   unique=({"A": e * M * K, "B": e * K * N}, {"C": BYTES * M * N}, {}))
 
 
 def softmax_rows(R: int, C: int) -> KernelTraffic:

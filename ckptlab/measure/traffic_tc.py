@@ -23,7 +23,7 @@ from ckptlab.kernels.table import (
     tc_names,
     tc_tile_head_dim,
 )
-from ckptlab.measure.traffic import BYTES, _kernel, tile_pairs, visible_pairs
+from ckptlab.measure.traffic import BYTES, _kernel, first_seen_row, tile_pairs, visible_pairs
 
 METHODS = ("flash", "stored")
 
@@ -46,9 +46,11 @@ def tc_forward_traffic(method, B, H, Nq, Nk, d, causal=False, dtype="bfloat16",
     kv = sum(cols for _, cols in pairs) * d
     S = BYTES * BH * visible_pairs(Nq, Nk, causal) if stored else 0
     name = tc_names(ctype, Dt, fwd=(Br, Bc))[f"fwd_{method}"]
-    return [_kernel(name, {"Q": e * BH * Nq * d, "K": e * BH * kv, "V": e * BH * kv},
-                    {"O": e * BH * Nq * d, "L": BYTES * BH * Nq, "S": S},
-                    flops=BH * len(pairs) * 2 * (2 * Br * Bc * Dt))]
+    write = {"O": e * BH * Nq * d, "L": BYTES * BH * Nq, "S": S}
+    # unique: the last Q tile's last row sees key Nk - 1, so some tile loads every K, V row
+    unique = ({"Q": e * BH * Nq * d, "K": e * BH * Nk * d, "V": e * BH * Nk * d}, write, {})
+    return [_kernel(name, {"Q": e * BH * Nq * d, "K": e * BH * kv, "V": e * BH * kv}, write,
+                    flops=BH * len(pairs) * 2 * (2 * Br * Bc * Dt), unique=unique)]
 
 
 def tc_backward_traffic(method, B, H, Nq, Nk, d, causal=False, deterministic=False,
@@ -64,24 +66,30 @@ def tc_backward_traffic(method, B, H, Nq, Nk, d, causal=False, deterministic=Fal
     kv_cols = sum(cols for _, cols in pairs)  # K, V rows read by dq over all pairs
     block = BH * len(pairs) * 2 * Br * Bc * Dt  # one whole-tile product over all pairs
     S = w * visible_pairs(Nq, Nk, causal) if stored else 0  # each kernel reads S once
+    seen = Nq - first_seen_row(Nq, Nk, Br, causal)  # Q rows in some visited pair (dkdv)
     out = [_kernel(names["preprocess"], {"O": e * BH * Nq * d, "dO": e * BH * Nq * d, "D": 0},
                    {"D": w * Nq, "dQacc": w * Nq * d if atomic else 0})]
+    K = 0 if stored and deterministic else e * BH * Nk * d  # K: S = Q K^T and the atomic dQ
+    write = {"dQacc": 0, "dK": e * BH * Nk * d, "dV": e * BH * Nk * d}
+    unique = ({"Q": e * BH * seen * d, "K": K, "V": e * BH * Nk * d, "dO": e * BH * seen * d,
+               "L": w * seen, "D": w * seen, "S": S}, write,
+              {"dQacc": w * seen * d if atomic else 0})
     out.append(_kernel(
         names[f"dkdv_{method}_{deterministic}"],
-        {"Q": e * BH * q_rows * d, "K": 0 if stored and deterministic else e * BH * Nk * d,
-         "V": e * BH * Nk * d, "dO": e * BH * q_rows * d, "L": w * q_rows, "D": w * q_rows,
-         "S": S},
-        {"dQacc": 0, "dK": e * BH * Nk * d, "dV": e * BH * Nk * d},
+        {"Q": e * BH * q_rows * d, "K": K, "V": e * BH * Nk * d, "dO": e * BH * q_rows * d,
+         "L": w * q_rows, "D": w * q_rows, "S": S}, write,
         {"dQacc": BH * q_rows * d if atomic else 0},
-        flops=block * (3 + (not stored) + atomic), recompute=0 if stored else block))
+        flops=block * (3 + (not stored) + atomic), recompute=0 if stored else block,
+        unique=unique))
     if deterministic:
+        read = {"Q": 0 if stored else e * BH * Nq * d, "K": e * BH * kv_cols * d,
+                "V": e * BH * kv_cols * d, "dO": e * BH * Nq * d, "L": w * Nq, "D": w * Nq,
+                "S": S}
         out.append(_kernel(
-            names[f"dq_{method}"],
-            {"Q": 0 if stored else e * BH * Nq * d, "K": e * BH * kv_cols * d,
-             "V": e * BH * kv_cols * d, "dO": e * BH * Nq * d, "L": w * Nq, "D": w * Nq,
-             "S": S},
-            {"dQ": e * BH * Nq * d},
-            flops=block * (2 + (not stored)), recompute=block * (1 + (not stored))))
+            names[f"dq_{method}"], read, {"dQ": e * BH * Nq * d},
+            flops=block * (2 + (not stored)), recompute=block * (1 + (not stored)),
+            unique=(dict(read, K=e * BH * Nk * d, V=e * BH * Nk * d), {"dQ": e * BH * Nq * d},
+                    {})))
     else:
         out.append(_kernel(names["convert"], {"dQacc": w * Nq * d}, {"dQ": e * BH * Nq * d}))
     return out
