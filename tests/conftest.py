@@ -31,7 +31,7 @@ def pytest_collection_modifyitems(config, items):
 def torch():
     """The torch module, or a skip that says PyTorch is missing (never a silent pass)."""
     return pytest.importorskip("torch", reason="PyTorch is not installed: this test uses it "
-                               "as an independent oracle (pip install torch; CI does)")
+                               "as an independent oracle (pip install -e '.[torch]'; CI does)")
 
 
 @pytest.fixture(autouse=True)

@@ -4,6 +4,7 @@ by nbclient in a fresh kernel. The stored files must carry no outputs or executi
 each notebook must pose at least two exercises with a checker. With the worked solutions
 (labs/solutions/) pasted into the exercise cells, every checker in the notebook says "right"."""
 
+import importlib.util
 import os
 import re
 import time
@@ -39,9 +40,7 @@ def needs_torch(path) -> list:
     if not re.search(r"^\s*(import torch|from ckptlab\.torch|from ckptlab import torch)", code,
                      flags=re.M):
         return []
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("torch") is None:
         return [pytest.mark.skip(reason=f"{path.name} runs PyTorch, which is not installed: "
                                         "pip install -e '.[torch]'")]
     return []

@@ -28,7 +28,7 @@ def torch_attention(q, k, v, dO, causal, scale, p, seed, offset):
     """O, L and (dQ, dK, dV) from PyTorch autograd on a hand-written masked softmax (the mask
     and dropout factor built independently of ckptlab.reference; the row max is detached,
     which leaves softmax's value and gradient unchanged and keeps empty rows NaN-free)."""
-    import torch  # callers take the `torch` fixture, skipped where PyTorch is missing
+    torch = pytest.importorskip("torch")  # callers take the `torch` fixture too
 
     q, k, v = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
     Nq, Nk = q.shape[2], k.shape[2]

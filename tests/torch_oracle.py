@@ -11,16 +11,11 @@ Philox mask of ckptlab.rng (built independently of ckptlab.reference).
 import numpy as np
 import pytest
 
-try:
-    import ckptlab.torch  # noqa: F401
-except ImportError as e:  # the one line ckptlab.torch raises: how to install PyTorch
-    pytest.skip(str(e), allow_module_level=True)
+torch = pytest.importorskip("torch")  # PyTorch missing: skipped (pip install -e '.[torch]')
+import torch.nn.functional as F  # noqa: E402  (after the skip: PyTorch may be missing)
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-
-from ckptlab import rng
+from ckptlab import rng  # noqa: E402
 
 # The tests' tensors are tiny: a second intra-op thread only spin-waits (4x slower measured on
 # a busy 2-core machine), so PyTorch runs on one thread in the test process.
