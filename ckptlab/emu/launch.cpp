@@ -12,15 +12,19 @@
 Fiber* g_fibers;
 uintptr_t g_fbase;
 uint64_t g_fspan;
-int g_fshift;
+int g_fshift, g_wshift;
+uint64_t g_wmask;
+uintptr_t g_arena_base, g_shadow_base;
+Worker* g_wbase;
 size_t g_stack_size;
 Worker* g_workers[kMaxWorkers];
 int g_nworkers;
 extern "C" {
-uintptr_t emu_fbase;  // the same as g_fbase, g_fshift and the fibers' heads, for kernels
-uint64_t emu_fshift;
+uintptr_t emu_fbase;  // the same as g_fbase, g_fshift, the fibers' heads..., for kernels
+uint64_t emu_fshift, emu_wmask;
 EmuHead* emu_heads;
 EmuDims emu_dims;
+uintptr_t emu_arena_base;
 }
 void (*g_launcher)(void**);
 void** g_args_array;
@@ -35,7 +39,9 @@ uint64_t g_arg_span;
 int g_arg_shift;
 SharedDecl g_shdecl[kMaxShared];
 int g_nshdecl;
-uint64_t g_dyn_size;
+uint64_t g_slot_size[kMaxShared + 1];
+SlotInfo g_slots[kMaxShared + 1];
+uint64_t& g_dyn_size = g_slot_size[0];
 uint64_t g_static_by_kernel[kMaxKernels];
 volatile int g_stop, g_stop_kind, g_fault_owner = -1;
 Fault g_fault;
@@ -47,16 +53,39 @@ static uint32_t* g_order;  // block order of a shuffled launch (kept between lau
 static size_t g_order_cap;
 
 // ---- workers ----------------------------------------------------------------------------------
-static Worker* worker(int k) {
-    if (!g_workers[k]) {
-        void* m = mmap(nullptr, sizeof(Worker), PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (m == MAP_FAILED) return nullptr;
-        g_workers[k] = static_cast<Worker*>(m);
-        g_workers[k]->index = k;
-        g_workers[k]->fibers = g_fibers + size_t(k) * kMaxThreads;
+// Workers' state and shared arenas each in one region, so that a memory hook finds its worker's
+// from the stack pointer by arithmetic alone (memory.cpp). The arenas' region grows (afresh:
+// shared memory holds nothing from one block to the next) when a launch wants more workers.
+// Worker k's arena sits k strides of 1 << g_wshift (as its stacks do in the fiber region) from
+// the arenas' base: the hot path masks the stack offset instead of shifting it (memory.cpp).
+static int g_arena_workers, g_arena_wshift;
+
+static bool ensure_workers(int n) {
+    if (!g_wbase) {
+        void* m = mmap(nullptr, sizeof(Worker) * kMaxWorkers, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED) return false;
+        g_wbase = static_cast<Worker*>(m);
     }
-    return g_workers[k];
+    if (n > g_arena_workers || g_wshift != g_arena_wshift) {
+        if (g_arena_base)
+            munmap(reinterpret_cast<void*>(g_arena_base), size_t(g_arena_workers) << g_arena_wshift);
+        void* a = mmap(nullptr, size_t(n) << g_wshift, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        g_arena_base = emu_arena_base = a == MAP_FAILED ? 0 : reinterpret_cast<uintptr_t>(a);
+        g_arena_workers = a == MAP_FAILED ? 0 : n;
+        g_arena_wshift = g_wshift;
+        for (int k = 0; k < kMaxWorkers; ++k) g_workers[k] = nullptr;
+        if (a == MAP_FAILED) return false;
+    }
+    for (int k = 0; k < n; ++k) {
+        Worker* w = &g_wbase[k];
+        w->index = k;
+        w->fibers = g_fibers + size_t(k) * kMaxThreads;
+        w->arena = reinterpret_cast<char*>(g_arena_base + (uint64_t(k) << g_wshift));
+        g_workers[k] = w;
+    }
+    return true;
 }
 
 static void start_block(Worker* w, uint64_t b) {
@@ -64,9 +93,8 @@ static void start_block(Worker* w, uint64_t b) {
                     static_cast<unsigned>(b / g_grid[0] % g_grid[1]),
                     static_cast<unsigned>(b / g_grid[0] / g_grid[1])};
     w->block_linear = b, w->block = idx;
-    EmuHead* heads = emu_heads + size_t(w->index) * kMaxThreads;
-    for (int t = 0; t < g_nthreads; ++t) w->fibers[t].block = idx, heads[t].block = idx;
-    poison_dynamic(w);
+    for (int t = 0; t < g_nthreads; ++t) w->fibers[t].block = idx;
+    poison_shared(w);
 }
 
 // A worker's OS thread: blocks until the grid is done or a fault stops every worker. A thread
@@ -81,7 +109,7 @@ static void* worker_main(void* arg) {
     if (sigsetjmp(w->jmp, 1) == 0) {
         while (!g_stop) {
             const uint64_t i = __atomic_fetch_add(&g_next_block, 1, __ATOMIC_RELAXED);
-            if (i >= g_nblocks) break;
+            if (i >= g_nblocks || shared_over_limit()) break;
             start_block(w, g_cfg.shuffle_blocks ? g_order[i] : i);
             if (!run_block(w)) break;
             w->cnt.threads += static_cast<uint64_t>(g_nthreads);
@@ -164,6 +192,8 @@ static int prepare(const uint32_t* grid, const uint32_t* block, uint64_t shared_
         return refuse("%llu bytes of dynamic shared memory: at most %zu",
                       (unsigned long long)shared_bytes, kShMaxObj);
     g_dyn_size = shared_bytes;
+    g_slots[0] = SlotInfo{static_cast<uint32_t>(emu_slot_start(0)),
+                          static_cast<uint32_t>(shared_bytes)};
     const size_t k = static_cast<size_t>(g_cfg.kernel) % kMaxKernels;
     if (g_static_by_kernel[k] + shared_bytes >
         (g_cfg.shared_opt_in ? EMU_SHARED_OPTIN_LIMIT : EMU_SHARED_STATIC_LIMIT))
@@ -171,20 +201,22 @@ static int prepare(const uint32_t* grid, const uint32_t* block, uint64_t shared_
                       "most 48 KiB together unless max_dynamic_shared_size_bytes is raised; "
                       "227 KiB then, on an H100)", (unsigned long long)g_static_by_kernel[k],
                       (unsigned long long)shared_bytes);
+    if (!ensure_workers(g_nworkers))
+        return refuse("out of memory for %d workers' shared memory", g_nworkers);
+    if (g_cfg.race_check && g_cfg.counted && !ensure_shadows(g_nworkers))
+        return refuse("out of memory for %d workers' race check", g_nworkers);
     for (int kw = 0; kw < g_nworkers; ++kw) {
-        Worker* w = worker(kw);
-        if (!w || !ensure_arena(w, g_cfg.race_check && g_cfg.counted))
-            return refuse("out of memory for %d workers' shared memory", g_nworkers);
+        Worker* w = g_workers[kw];
         memset(&w->cnt, 0, sizeof w->cnt);
-        w->cur = nullptr, w->tid = 0, w->busy = 0;
-        EmuHead* heads = emu_heads + size_t(kw) * kMaxThreads;
+        memset(shared_counts(w->arena), 0, 3 * sizeof(uint64_t));
+        w->cur = nullptr, w->tid = 0;
+        w->busy = 0;
         for (int t = 0; t < g_nthreads; ++t) {
             Fiber& f = w->fibers[t];
             f.idx = uint3{static_cast<unsigned>(t % block[0]),
                           static_cast<unsigned>(t / block[0] % block[1]),
                           static_cast<unsigned>(t / (block[0] * block[1]))};
-            f.w = w, f.tid = t;
-            heads[t].idx = f.idx;
+            f.tid = static_cast<uint16_t>(t);
         }
     }
     if (!stage_args(bufs, nbuf, args)) return refuse("could not stage %d arguments", nbuf);
@@ -209,8 +241,8 @@ static void finish(Counters* out) {
             out->read[i] += c.read[i], out->write[i] += c.write[i];
             out->atomic_ops[i] += c.atomic_ops[i], out->atomic_bytes[i] += c.atomic_bytes[i];
         }
-        out->shared_read += c.shared_read, out->shared_write += c.shared_write;
-        out->shared_atomics += c.shared_atomics;
+        const uint64_t* sh = shared_counts(g_workers[k]->arena);
+        out->shared_read += sh[0], out->shared_write += sh[1], out->shared_atomics += sh[2];
         out->threads += c.threads, out->blocks += c.blocks;
     }
     count_touched(*out);
@@ -261,6 +293,7 @@ EMU_API int emu_launch(void (*launcher)(void**), void** args, const uint32_t* gr
         if (sem_wait(&g_done) == 0) ++done;  // else EINTR: a timer tick
     const int kind = g_stop_kind;
     remove_signals();
+    if (g_fault_owner < 0) shared_over_limit();  // declarations this launch made
     if (g_fault_owner < 0 && kind)  // asked to stop, and it ended before a thread could say where
         set_fault(nullptr, kind, nullptr, nullptr, 0, kind == F_WATCHDOG
                   ? "watchdog: the launch ran longer than the limit" : "interrupted (Ctrl-C)");

@@ -292,7 +292,8 @@ class Kernel:
         cfg = abi.Config(int(s.mode == "counted"), int(s.race_check), int(s.stack_kib),
                          int(s.block_order == "shuffled"), float(s.watchdog_s),
                          _next_seed() if s.block_order == "shuffled" else 0, self.index,
-                         int(self.max_dynamic_shared_size_bytes > DEFAULT_SHARED_LIMIT), 1, 0)
+                         int(self.max_dynamic_shared_size_bytes > DEFAULT_SHARED_LIMIT),
+                         int(s.workers), 0)
         counters = abi.Counters()
         launcher = ctypes.cast(getattr(lib, f"emu_launch_{self.index}"), ctypes.c_void_p)
         with _LAUNCH_LOCK:

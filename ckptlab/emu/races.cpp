@@ -26,11 +26,13 @@ static bool readers_ordered(Worker* w, int t, const Shadow& s) {
     return true;
 }
 
-// kind: 0 read, 1 write, 2 atomic. True (and *out filled) on a conflict; the caller reports it
-// once it holds no lock.
-bool race_check(Worker* w, Fiber* f, Shadow* shadow, size_t off, size_t size, int kind,
-                uint64_t identity, bool global, Conflict* out) {
-    const int t = f->tid;
+// kind: 0 read, 1 write, 2 atomic. True (and w->conflict filled) on a conflict; the caller
+// reports it once it holds no lock.
+template <bool global>
+__attribute__((always_inline)) static inline bool check(Worker* w, int t, Shadow* shadow,
+                                                        size_t off, size_t size, int kind) {
+    const uint64_t identity = global ? w->block_linear + 1 : w->block_seq;
+    Conflict* out = &w->conflict;
     const uint16_t tid = static_cast<uint16_t>(t);
     const uint64_t epoch = (identity << kEpochBits) | w->bepoch;
     const bool write = kind != 0, atomic = kind == 2;
@@ -62,20 +64,26 @@ bool race_check(Worker* w, Fiber* f, Shadow* shadow, size_t off, size_t size, in
         if (write) {
             if (s.w_epoch == epoch && s.w_tid == tid) s.w_bytes |= m;
             else s.w_epoch = epoch, s.w_tid = tid, s.w_bytes = m;
-            s.w_sync = w->sync_id;
+            s.w_sync = sync_id(w);
             s.w_atomic = atomic;
         } else if (s.r_epoch != epoch) {
             if (global && r_id && r_id != identity) s.r_other = static_cast<uint32_t>(r_id);
             s.r_epoch = epoch, s.r_warp = static_cast<uint16_t>(t / 32);
-            s.r_lanes = 1u << (t % 32), s.r_sync = w->sync_id, s.r_bytes = m;
+            s.r_lanes = 1u << (t % 32), s.r_sync = sync_id(w), s.r_bytes = m;
         } else {
             if (s.r_warp != t / 32) s.r_warp = kManyWarps;
             s.r_lanes |= 1u << (t % 32);
-            s.r_sync = w->sync_id;
+            s.r_sync = sync_id(w);
             s.r_bytes |= m;
         }
     }
     return false;
+}
+bool race_check_shared(Worker* w, int tid, Shadow* shadow, size_t off, size_t size, int kind) {
+    return check<false>(w, tid, shadow, off, size, kind);
+}
+bool race_check_global(Worker* w, int tid, Shadow* shadow, size_t off, size_t size, int kind) {
+    return check<true>(w, tid, shadow, off, size, kind);
 }
 
 [[noreturn]] void report_race(Fiber* f, const Conflict& c, int kind, int param, void* pc) {
@@ -86,10 +94,10 @@ bool race_check(Worker* w, Fiber* f, Shadow* shadow, size_t off, size_t size, in
         snprintf(who, sizeof who, "another block");
     } else if (c.other_tid >= 0) {
         strcpy(who, "thread ");
-        describe_thread(who + 7, sizeof who - 7, f->w->fibers[c.other_tid]);
+        describe_thread(who + 7, sizeof who - 7, worker_of(f)->fibers[c.other_tid]);
     }
     const char* mine = kind == 2 ? "updates atomically" : (kind ? "writes" : "reads");
-    set_fault(f->w, F_RACE, pc, nullptr, 0,
+    set_fault(worker_of(f), F_RACE, pc, nullptr, 0,
               "%s-memory race: this thread %s %s, which %s %s earlier %s",
               param >= 0 ? "global" : "shared", mine, where, who, c.theirs,
               c.other_block ? "in this launch (blocks run in no fixed order on a GPU: use "
