@@ -151,13 +151,13 @@ __attribute__((always_inline)) static inline void arg_access(Worker* w, Fiber* f
 __attribute__((noinline)) static void other_access(Fiber* f, uintptr_t a, size_t size, int kind,
                                                    void* pc) {
     if (a - reinterpret_cast<uintptr_t>(stack_lo(*f)) < g_stack_size) return;  // own stack
-    const Found o = find_object(a);
-    if (o.kind != OBJ_NONE) {
-        if (a - o.lo >= o.size || size > o.size - (a - o.lo)) bad_access(f, a, size, kind, pc);
+    if (in_module(a)) {  // the module's data: constants, tables, statics; not the runtime's
+        if (in_runtime_data(a)) bad_access(f, a, size, kind, pc);
         return;
     }
-    if (in_module(a) && !in_runtime_data(a)) return;  // the module's data: constants, tables
-    bad_access(f, a, size, kind, pc);
+    const Found o = find_object(a);  // a __device__ variable, a malloc block
+    if (o.kind == OBJ_NONE || a - o.lo >= o.size || size > o.size - (a - o.lo))
+        bad_access(f, a, size, kind, pc);
 }
 
 // Slow paths the hot path tail-calls (a jump: the hot path then needs no stack frame).

@@ -187,6 +187,7 @@ extern "C" void* emu_device_object(const void* init, size_t size, size_t align,
 constexpr size_t kRedzone = 64;
 struct HeapBlock { uintptr_t raw; uint64_t size; };
 static std::map<uintptr_t, HeapBlock>* g_heap;  // by the address malloc returned
+static int g_nheap;                              // its size
 static volatile int g_heap_lock;
 static uintptr_t g_freed_lo[64];
 static uint64_t g_freed_size[64];
@@ -219,6 +220,7 @@ extern "C" void* emu_device_malloc(size_t size, const char* file, int line) {
     if (!g_heap) g_heap = new std::map<uintptr_t, HeapBlock>();
     (*g_heap)[reinterpret_cast<uintptr_t>(raw + kRedzone)] = HeapBlock{
         reinterpret_cast<uintptr_t>(raw), size};
+    __atomic_store_n(&g_nheap, static_cast<int>(g_heap->size()), __ATOMIC_RELEASE);
     heap_unlock();
     return raw + kRedzone;
 }
@@ -237,6 +239,7 @@ extern "C" void emu_device_free(void* p, const char* file, int line) {
         g_freed_lo[g_nfreed % 64] = it->first, g_freed_size[g_nfreed % 64] = it->second.size;
         ++g_nfreed;
         g_heap->erase(it);
+        __atomic_store_n(&g_nheap, static_cast<int>(g_heap->size()), __ATOMIC_RELEASE);
     }
     heap_unlock();
     if (found) return free(reinterpret_cast<void*>(raw));
@@ -252,6 +255,7 @@ Found find_object(uintptr_t a, bool wait) {
         if (a - g_dev[i].res_lo < g_dev[i].res_hi - g_dev[i].res_lo)
             return Found{OBJ_DEVICE, g_dev[i].lo, g_dev[i].size, g_dev[i].name};
     Found out{OBJ_NONE, 0, 0, nullptr};
+    if (!__atomic_load_n(&g_nheap, __ATOMIC_ACQUIRE)) return out;  // no block: no lock to take
     if (wait) heap_lock();
     else if (!heap_trylock()) return out;  // describing a fault that struck inside the lock
     if (g_heap && !g_heap->empty()) {
