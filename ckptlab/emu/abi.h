@@ -26,7 +26,7 @@
 // OS threads running the blocks of one launch (ckptlab.emu.settings(workers=...)).
 #define EMU_MAX_WORKERS 256
 // Bytes of race-check shadow per 4 bytes of memory checked (runtime.h: struct Shadow).
-#define EMU_SHADOW_BYTES 40
+#define EMU_SHADOW_BYTES 32
 
 // ---- fault kinds: emu_launch's return code and Fault.kind -----------------------------------
 enum EmuFaultKind {

@@ -86,9 +86,17 @@ static const char* verb(int kind) { return kind == 2 ? "atomic" : (kind ? "write
 
 // ---- shared memory: the race check ------------------------------------------------------------
 // kind: 0 read, 1 write, 2 atomic. off: offset in the slot's object. fo: the stack's offset in
-// the fiber region (the fiber and its worker).
-// Tail-called by the hot path: its return address is the kernel's access. Everything it needs
-// is found by arithmetic from the stack offset fo and the arena (ArenaHead), no pointer chasing.
+// the fiber region (the fiber and its worker). Both are tail-called from the hook: their return
+// address is the kernel's access.
+__attribute__((noinline)) static void shared_race_slow(uint64_t fo, Shadow* shadow, uint64_t off,
+                                                       size_t size, int kind) {
+    Worker* w = &g_wbase[fo >> g_wshift];
+    Fiber* f = &g_fibers[fo >> g_fshift];
+    if (race_check_shared(w, f->tid, shadow, off, size, kind))
+        report_race(f, w->conflict, kind, -1, __builtin_return_address(0));
+}
+
+// Everything it needs is found by arithmetic from fo and the arena (ArenaHead), no pointers.
 __attribute__((noinline)) static void shared_race_at(uintptr_t arena, uint64_t fo,
                                                      uint64_t slot, uint64_t off, size_t size,
                                                      int kind) {
@@ -98,19 +106,24 @@ __attribute__((noinline)) static void shared_race_at(uintptr_t arena, uint64_t f
     Shadow* shadow = reinterpret_cast<Shadow*>(g_shadow_base + ((fo & g_wmask) << 2)) +
                      slot * (kShMaxObj / 4) + (emu_slot_start(slot) - kShHalf) / 4;
     Shadow& sh = shadow[off / 4];
-    // Fast path: a read of one granule that only this warp read, and nobody else wrote, in
-    // this epoch.
-    if (kind == 0 && (off & 3) + size <= 4 && sh.r_epoch == head->epoch && sh.r_warp == t / 32 &&
-        (sh.w_epoch != head->epoch || sh.w_tid == t)) {
-        sh.r_lanes |= 1u << (t % 32);
-        sh.r_sync = head->sync_id;
-        sh.r_bytes |= static_cast<uint8_t>(((1u << size) - 1) << (off & 3));
+    const uint64_t epoch = head->epoch;
+    // Fast path: a read of one granule that no other thread wrote in this epoch (an older epoch
+    // of this block is ordered by a barrier; another block's entry is stale) conflicts with
+    // nothing: record the reader (race_check_shared's bookkeeping, without its checks).
+    if (kind == 0 && (off & 3) + size <= 4 && (sh.w_epoch != epoch || sh.w_thread() == t)) {
+        const uint32_t bit = 1u << (t % 32);
+        const uint8_t m = static_cast<uint8_t>(((1u << size) - 1) << (off & 3));
+        if (sh.r_epoch != epoch) {
+            sh.r_epoch = epoch, sh.r_warp = static_cast<uint16_t>(t / 32);
+            sh.r_lanes = bit, sh.bytes = static_cast<uint8_t>((sh.bytes & 0x0F) | (m << 4));
+        } else {
+            if (sh.r_warp != t / 32) sh.r_warp = kManyWarps;
+            sh.r_lanes |= bit, sh.bytes |= static_cast<uint8_t>(m << 4);
+        }
+        sh.r_sync = static_cast<uint16_t>(head->sync_id);
         return;
     }
-    Worker* w = &g_wbase[fo >> g_wshift];
-    if (race_check_shared(w, t, shadow, off, size, kind))
-        report_race(&g_fibers[fo >> g_fshift], w->conflict, kind, -1,
-                    __builtin_return_address(0));
+    return shared_race_slow(fo, shadow, off, size, kind);
 }
 
 // ---- kernel arguments ---------------------------------------------------------------------

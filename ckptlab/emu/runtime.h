@@ -100,15 +100,25 @@ struct Warp {
 // Race check: one per 4 bytes of shared memory or of a kernel argument. An epoch is
 // (identity << 24 | barrier epoch of the block): identity = the block's linear index + 1 for
 // global memory (a fresh shadow each launch), the worker's block count for shared memory.
+// 32 bytes: never across two cache lines.
 struct Shadow {
     uint64_t w_epoch, r_epoch;  // of the last write, of the current readers
-    uint32_t r_other;           // identity of a read by another block, since replaced (global)
     uint32_t r_lanes;           // reader lanes, when every reader is in warp r_warp
-    uint32_t w_sync, r_sync;    // __syncwarp id at the write / at the latest read
-    uint16_t w_tid, r_warp;     // the writer; the readers' warp, or kManyWarps
-    uint8_t w_bytes, r_bytes;   // which bytes of the granule were written / read
-    uint8_t w_atomic, pad;      // the write was an atomic (atomic vs atomic never races)
+    uint16_t w_sync, r_sync;    // __syncwarp id (low 16 bits) at the write / the latest read
+    uint16_t r_other;           // identity (low 16 bits) of a read by another block (global)
+    uint16_t w_tid;             // the writer; bit 15: it was an atomic (never races another)
+    uint16_t r_warp;            // the readers' warp, or kManyWarps
+    uint8_t bytes;              // bytes of the granule written (low 4 bits) / read (high 4)
+    uint8_t pad;
+    int w_thread() const { return w_tid & 0x7FFF; }
+    bool w_atomic() const { return w_tid >> 15; }
+    uint8_t w_bytes() const { return bytes & 15; }
+    uint8_t r_bytes() const { return bytes >> 4; }
 };
+// a __syncwarp id later than `then` (16-bit ids, compared modulo 2^16)
+inline bool synced_after(uint32_t common, uint16_t then) {
+    return static_cast<int16_t>(static_cast<uint16_t>(common) - then) > 0;
+}
 static_assert(sizeof(Shadow) == EMU_SHADOW_BYTES, "abi.h's EMU_SHADOW_BYTES: Python's estimate");
 constexpr uint16_t kManyWarps = 0xFFFF;
 constexpr int kEpochBits = 24;
