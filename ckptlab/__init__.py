@@ -13,6 +13,8 @@ cycle). From the bottom:
     recompute             what to store and what to recompute: plans, checkpoint, ledger,
                           profiles, schedules
     models                MLP and GPT as chains of stages, for the labs and benchmarks
+    torch                 the same on PyTorch (optional): the kernels as autograd functions,
+                          the schedules on torch modules, DDP and tensor parallel
     cli, exercises        what a person runs: `python -m ckptlab ...`, the labs' checkers
 """
 
@@ -27,5 +29,6 @@ LAYERS = (
     ("engine",),
     ("recompute",),
     ("models",),
+    ("torch",),
     ("cli", "exercises", "__main__"),
 )

@@ -1,15 +1,22 @@
-// attn_flash_bwd.cu: FlashAttention backward. Recomputes P from L, never writes N x N.
+// attn_flash_bwd.cu: FlashAttention backward (P recomputed from L) and, with STORED, the
+// store-P backward (P formed from the scores S the forward stored). Never writes N x N.
 //
 // Forward (attn_flash_fwd.cu): S = scale * Q K^T; P = softmax(S) = exp(S - L);
 //                              O = P_dropped V, P_dropped = P * Z / (1 - p).
 // Backward, per (i, j) of a tile, with Z regenerated from (seed, offset):
-//   P_ij  = exp(S_ij - L_i)                       recomputed, never stored
+//   S_ij  = scale q_i . k_j   (flash: recomputed)  or  S_ij read from HBM (stored)
+//   P_ij  = exp(S_ij - L_i)                       from P = softmax(S), L = logsumexp
 //   dV_j += sum_i P_dropped_ij dO_i               from O = P_dropped V
 //   dP_ij = (dO_i . V_j) * Z_ij / (1 - p)         from O = P_dropped V and the dropout
 //   dS_ij = P_ij (dP_ij - D_i)                    from P = softmax(S)
 //   dK_j += scale * sum_i dS_ij Q_i               from S = scale * Q K^T
 //   dQ_i += scale * sum_j dS_ij K_j               from S = scale * Q K^T
 // with D_i = sum_j P_ij dP_ij = rowsum(dO_i * O_i) (the two are equal, dropout or not).
+//
+// The template switch STORED is the only difference between the two methods: where S comes
+// from. flash (false) recomputes S = scale Q K^T per tile pair (2 d FLOPs per (i, j)); stored
+// (true) stages the tile of S through shared memory with coalesced loads (4 bytes per visible
+// (i, j)) and never runs Q K^T. Tiles, loops, dropout, causal skipping: all identical.
 //
 // Kernels:
 //   attn_flash_bwd_preprocess   D = rowsum(dO * O); unless deterministic, zeroes dQ, which the
@@ -18,21 +25,33 @@
 //                               dK, dV accumulate in registers; unless DETERMINISTIC it also
 //                               adds each tile's dQ contribution to global dQ with atomicAdd (FA2)
 //   attn_flash_bwd_dq           the deterministic dQ (Triton's tutorial): one block per Q tile
-//                               loops over K/V tiles, recomputing P and dP a second time, and
+//                               loops over K/V tiles, forming P and dP a second time, and
 //                               writes dQ once. No atomics, so bitwise reproducible, at the
-//                               cost of recomputing S and dO V^T (4 * Nq * Nk * d more FLOPs).
-// Shapes: Q, dQ, O, dO (B, H, Nq, d); K, V, dK, dV (B, H, Nk, d); L, D (B, H, Nq); fp32.
-// Template: d (head dim), Br (query rows per tile), Bc (keys per tile), multiples of LANES.
+//                               cost of recomputing dO V^T (and, flash, S): 2 (4) Nq Nk d FLOPs
+//                               (stored: reading S a second time).
+// Shapes: Q, dQ, O, dO (B, H, Nq, d); K, V, dK, dV (B, H, Nk, d); L, D (B, H, Nq);
+// S (B, H, Nq, Nk) or empty (flash); fp32. Template: Dt (tile head dim >= d, see common.cuh),
+// Br (query rows per tile), Bc (keys per tile), multiples of LANES.
 // Causal (bottom-right aligned): i sees j iff j <= i + Nk - Nq; tile pairs with no visible
-// entry are skipped (the same pairs the forward visits). A row that sees no key has L = +inf,
-// P = 0, D = 0 and gets dQ = 0.
+// entry are skipped (as in the forward). A row that sees no key has L = +inf, P = 0, D = 0 and
+// gets dQ = 0.
 //
-// Global bytes per (b, h) (exact formulas in ckptlab/traffic.py): preprocess reads O, dO
-// (Nq*d each), writes D (Nq) [and dQ (Nq*d) zeros]. dkdv reads K, V once (Nk*d each), and
+// Global bytes per (b, h) (exact formulas in ckptlab/measure/traffic.py): preprocess reads O,
+// dO (Nq*d each), writes D (Nq) [and dQ (Nq*d) zeros]. dkdv reads K, V once (Nk*d each), and
 // Q, dO (rows*d), L, D (rows) for every visited (Q tile, K/V tile) pair, writes dK, dV (Nk*d
 // each) [and rows*d atomicAdds to dQ per visited pair]. dq reads Q, dO (Nq*d), L, D (Nq) once
-// and K, V (cols*d) per visited pair, writes dQ (Nq*d).
+// and K, V (cols*d) per visited pair, writes dQ (Nq*d). Stored: each kernel reads S once,
+// one float per visible (i, j), exactly the entries the forward wrote; its dq reads no Q, and
+// its deterministic dkdv no K (they only served S = Q K^T, and K the atomic dQ).
 #include "common.cuh"
+
+// a . b over the Dt columns of two shared-memory rows (the padded columns are 0)
+template <int Dt>
+__device__ __forceinline__ float row_dot(const float* a, const float* b) {
+    float s = 0.0f;
+    for (int k = 0; k < Dt; ++k) s += a[k] * b[k];
+    return s;
+}
 
 // D_i = sum_c dO_ic O_ic, one warp per row of the flattened (B*H*Nq, d) arrays; unless
 // deterministic, also dQ_i = 0 (the atomics then add into it). grid (ceil(rows / warps)),
@@ -51,41 +70,24 @@ extern "C" __global__ void attn_flash_bwd_preprocess(const float* O, const float
         for (int c = lane; c < d; c += WARP) dQ[base + c] = 0.0f;
 }
 
-// Loads rows [r0, r0 + R) of a (N, d) matrix into shared memory, zero past N.
-template <int d, int R, int STRIDE>
-__device__ __forceinline__ void load_rows(float (*dst)[STRIDE], const float* src, int r0, int N,
-                                          int tid, int nthreads) {
-    for (int e = tid; e < R * d; e += nthreads) {
-        const int rr = e / d, c = e % d;
-        float x = 0.0f;
-        if (r0 + rr < N) x = src[(long long)(r0 + rr) * d + c];
-        dst[rr][c] = x;
-    }
-}
-
-// Loads R entries of a per-row vector (L or D) starting at r0, `fill` past N.
-template <int R>
-__device__ __forceinline__ void load_vec(float* dst, const float* src, int r0, int N, float fill,
-                                         int tid) {
-    if (tid < R) dst[tid] = r0 + tid < N ? src[r0 + tid] : fill;
-}
-
 // grid (Tc = ceil(Nk/Bc), B*H), block (LANES, Bc): row group y = threadIdx.y owns key
 // j = k0 + y: its dK_j, dV_j columns lane + c*LANES, and the S/dP entries (i, j) for the
 // tile rows i = lane + rr*LANES.
-template <int d, int Br, int Bc, bool DETERMINISTIC>
+template <int Dt, int Br, int Bc, bool DETERMINISTIC, bool STORED>
 __global__ void __launch_bounds__(Bc * LANES) attn_flash_bwd_dkdv(const float* Q, const float* K, const float* V,
-                                    const float* dO, const float* L, const float* D, float* dQ,
-                                    float* dK, float* dV, int Nq, int Nk, float scale, int causal,
+                                    const float* dO, const float* L, const float* D,
+                                    const float* S, float* dQ, float* dK, float* dV, int Nq,
+                                    int Nk, int d, float scale, int causal,
                                     unsigned long long seed, unsigned long long offset,
                                     unsigned threshold, float inv_keep) {
-    static_assert(d % LANES == 0 && Br % LANES == 0 && Bc % (WARP / LANES) == 0, "tile sizes");
+    static_assert(Dt % LANES == 0 && Dt <= MAX_HEAD_DIM, "tile head dim");
+    static_assert(Br % LANES == 0 && Bc % (WARP / LANES) == 0, "tile sizes");
     static_assert(Br <= Bc * LANES, "load_vec needs a thread per query row of the tile");
-    __shared__ float Ks[Bc][d + 1];  // +1: lanes reading different rows at one k hit distinct banks
-    __shared__ float Vs[Bc][d + 1];
-    __shared__ float Qs[Br][d + 1];
-    __shared__ float dOs[Br][d + 1];
-    __shared__ float Pds[Br][Bc + 1];  // P_dropped of the tile pair, for dV
+    __shared__ float Ks[Bc][Dt + 1];  // +1: lanes reading different rows at one k hit distinct banks
+    __shared__ float Vs[Bc][Dt + 1];
+    __shared__ float Qs[Br][Dt + 1];
+    __shared__ float dOs[Br][Dt + 1];
+    __shared__ float Pds[Br][Bc + 1];  // stored: S of the tile pair, then P_dropped, for dV
     __shared__ float dSs[Br][Bc + 1];  // dS of the tile pair, for dK and dQ
     __shared__ float Ls[Br], Ds[Br];
 
@@ -95,8 +97,10 @@ __global__ void __launch_bounds__(Bc * LANES) attn_flash_bwd_dkdv(const float* Q
     const int k0 = blockIdx.x * Bc, j = k0 + y;
     const Dropout drop = {seed, offset, threshold, inv_keep};
 
-    load_rows<d, Bc>(Ks, K + bh * Nk * d, k0, Nk, tid, nthreads);  // K_j, V_j: once per block
-    load_rows<d, Bc>(Vs, V + bh * Nk * d, k0, Nk, tid, nthreads);
+    // K_j, V_j: once. K_j serves only S = scale Q K^T (flash) and the atomic dQ += dS K, so
+    // the stored deterministic kernel does not load it (ptxas would drop the dead load anyway)
+    if (!STORED || !DETERMINISTIC) load_rows<Dt, Bc>(Ks, K + bh * Nk * d, k0, Nk, d, tid, nthreads);
+    load_rows<Dt, Bc>(Vs, V + bh * Nk * d, k0, Nk, d, tid, nthreads);
 
     // Q tiles that see any key of this tile: all, or (causal) from the first row that sees k0
     const int Tr = ceil_div(Nq, Br);
@@ -106,27 +110,26 @@ __global__ void __launch_bounds__(Bc * LANES) attn_flash_bwd_dkdv(const float* Q
         a0 = i0 > Nq - 1 ? Tr : max(i0, 0) / Br;
     }
 
-    float dk[d / LANES], dv[d / LANES];
-    for (int c = 0; c < d / LANES; ++c) dk[c] = dv[c] = 0.0f;
+    float dk[Dt / LANES], dv[Dt / LANES];
+    for (int c = 0; c < Dt / LANES; ++c) dk[c] = dv[c] = 0.0f;
 
     for (int a = a0; a < Tr; ++a) {
         const int q0 = a * Br;
         __syncthreads();  // the previous Q_i, dO_i, P, dS are read; (first pass: K_j, V_j loaded)
-        load_rows<d, Br>(Qs, Q + bh * Nq * d, q0, Nq, tid, nthreads);
-        load_rows<d, Br>(dOs, dO + bh * Nq * d, q0, Nq, tid, nthreads);
+        load_rows<Dt, Br>(Qs, Q + bh * Nq * d, q0, Nq, d, tid, nthreads);
+        load_rows<Dt, Br>(dOs, dO + bh * Nq * d, q0, Nq, d, tid, nthreads);
         load_vec<Br>(Ls, L + bh * Nq, q0, Nq, 0.0f, tid);
         load_vec<Br>(Ds, D + bh * Nq, q0, Nq, 0.0f, tid);
-        __syncthreads();  // Q_i, dO_i, L_i, D_i are in shared memory (and K_j, V_j)
+        if (STORED) load_scores<Br, Bc>(Pds, S + bh * Nq * Nk, q0, k0, Nq, Nk, causal, tid, nthreads);
+        __syncthreads();  // Q_i, dO_i, L_i, D_i (stored: S_ij) are in shared memory (and K_j, V_j)
 
         for (int rr = 0; rr < Br / LANES; ++rr) {
             const int ii = lane + rr * LANES, i = q0 + ii;
-            float s = 0.0f, dpd = 0.0f;  // S_ij / scale, and (dO V^T)_ij
-            for (int k = 0; k < d; ++k) {
-                s += Qs[ii][k] * Ks[y][k];
-                dpd += dOs[ii][k] * Vs[y][k];
-            }
-            const bool visible = i < Nq && j < Nk && (!causal || j <= i + Nk - Nq);
-            const float p = visible ? expf(scale * s - Ls[ii]) : 0.0f;  // P_ij = exp(S_ij - L_i)
+            // S_ij: read back (stored; this thread's own entry of the staged tile), or
+            // recomputed (flash): S_ij = scale q_i . k_j
+            const float s = STORED ? Pds[ii][y] : scale * row_dot<Dt>(Qs[ii], Ks[y]);
+            const float dpd = row_dot<Dt>(dOs[ii], Vs[y]);  // (dO V^T)_ij
+            const float p = visible(i, j, Nq, Nk, causal) ? expf(s - Ls[ii]) : 0.0f;  // P_ij = exp(S_ij - L_i)
             const float z = p > 0.0f ? dropout_factor(drop, (bh * Nq + i) * Nk + j) : 0.0f;
             Pds[ii][y] = p * z;
             dSs[ii][y] = p * (dpd * z - Ds[ii]);  // dS_ij = P_ij (dP_ij - D_i)
@@ -134,7 +137,7 @@ __global__ void __launch_bounds__(Bc * LANES) attn_flash_bwd_dkdv(const float* Q
         __syncthreads();  // dK/dV read column y of P and dS (own row group), but dQ reads whole
                           // rows of dS written by every row group
 
-        for (int c = 0; c < d / LANES; ++c) {  // dV_j += P_dropped^T dO,  dK_j += dS^T Q
+        for (int c = 0; c < Dt / LANES; ++c) {  // dV_j += P_dropped^T dO,  dK_j += dS^T Q
             const int col = lane + c * LANES;
             float sv = 0.0f, sk = 0.0f;
             for (int ii = 0; ii < Br; ++ii) {
@@ -147,19 +150,21 @@ __global__ void __launch_bounds__(Bc * LANES) attn_flash_bwd_dkdv(const float* Q
         if (!DETERMINISTIC) {  // dQ_i += scale * dS_ij K_j, rows ii = y, y + Bc, ... of this Q tile
             for (int ii = y; ii < Br; ii += Bc) {
                 if (q0 + ii >= Nq) break;
-                for (int c = 0; c < d / LANES; ++c) {
+                for (int c = 0; c < Dt / LANES; ++c) {
                     const int col = lane + c * LANES;
                     float sq = 0.0f;
                     for (int jj = 0; jj < Bc; ++jj) sq += dSs[ii][jj] * Ks[jj][col];
-                    atomicAdd(&dQ[(bh * Nq + q0 + ii) * d + col], scale * sq);
+                    if (col < d) atomicAdd(&dQ[(bh * Nq + q0 + ii) * d + col], scale * sq);
                 }
             }
         }
     }
 
     if (j < Nk) {  // every key row is written, also one no query sees (dK = dV = 0)
-        for (int c = 0; c < d / LANES; ++c) {
-            const long long e = (bh * Nk + j) * d + lane + c * LANES;
+        for (int c = 0; c < Dt / LANES; ++c) {
+            const int col = lane + c * LANES;
+            if (col >= d) break;  // padded columns are not stored
+            const long long e = (bh * Nk + j) * d + col;
             dK[e] = scale * dk[c];
             dV[e] = dv[c];
         }
@@ -168,17 +173,19 @@ __global__ void __launch_bounds__(Bc * LANES) attn_flash_bwd_dkdv(const float* Q
 
 // Deterministic dQ. grid (Tr = ceil(Nq/Br), B*H), block (LANES, Br): row group r owns query
 // i = q0 + r, its dQ columns lane + c*LANES and its S/dP entries j = lane + c*LANES.
-template <int d, int Br, int Bc>
+template <int Dt, int Br, int Bc, bool STORED>
 __global__ void __launch_bounds__(Br * LANES) attn_flash_bwd_dq(const float* Q, const float* K, const float* V, const float* dO,
-                                  const float* L, const float* D, float* dQ, int Nq, int Nk,
-                                  float scale, int causal, unsigned long long seed,
-                                  unsigned long long offset, unsigned threshold, float inv_keep) {
-    static_assert(d % LANES == 0 && Bc % LANES == 0 && Br % (WARP / LANES) == 0, "tile sizes");
-    __shared__ float Qs[Br][d + 1];
-    __shared__ float dOs[Br][d + 1];
-    __shared__ float Ks[Bc][d + 1];
-    __shared__ float Vs[Bc][d + 1];
-    __shared__ float dSs[Br][Bc + 1];
+                                  const float* L, const float* D, const float* S, float* dQ,
+                                  int Nq, int Nk, int d, float scale, int causal,
+                                  unsigned long long seed, unsigned long long offset,
+                                  unsigned threshold, float inv_keep) {
+    static_assert(Dt % LANES == 0 && Dt <= MAX_HEAD_DIM, "tile head dim");
+    static_assert(Bc % LANES == 0 && Br % (WARP / LANES) == 0, "tile sizes");
+    __shared__ float Qs[Br][Dt + 1];
+    __shared__ float dOs[Br][Dt + 1];
+    __shared__ float Ks[Bc][Dt + 1];
+    __shared__ float Vs[Bc][Dt + 1];
+    __shared__ float dSs[Br][Bc + 1];  // stored: S of the tile pair, then dS
     __shared__ float Ls[Br], Ds[Br];
 
     const int lane = threadIdx.x, r = threadIdx.y;
@@ -187,8 +194,9 @@ __global__ void __launch_bounds__(Br * LANES) attn_flash_bwd_dq(const float* Q, 
     const int q0 = blockIdx.x * Br, i = q0 + r;
     const Dropout drop = {seed, offset, threshold, inv_keep};
 
-    load_rows<d, Br>(Qs, Q + bh * Nq * d, q0, Nq, tid, nthreads);  // Q_i, dO_i, L_i, D_i: once
-    load_rows<d, Br>(dOs, dO + bh * Nq * d, q0, Nq, tid, nthreads);
+    // Q_i, dO_i, L_i, D_i: once. Q_i serves only S = scale Q K^T: stored does not load it
+    if (!STORED) load_rows<Dt, Br>(Qs, Q + bh * Nq * d, q0, Nq, d, tid, nthreads);
+    load_rows<Dt, Br>(dOs, dO + bh * Nq * d, q0, Nq, d, tid, nthreads);
     load_vec<Br>(Ls, L + bh * Nq, q0, Nq, 0.0f, tid);
     load_vec<Br>(Ds, D + bh * Nq, q0, Nq, 0.0f, tid);
 
@@ -199,31 +207,29 @@ __global__ void __launch_bounds__(Br * LANES) attn_flash_bwd_dq(const float* Q, 
         n_tiles = last_key < 0 ? 0 : min(Tc, last_key / Bc + 1);
     }
 
-    float dq[d / LANES];
-    for (int c = 0; c < d / LANES; ++c) dq[c] = 0.0f;
+    float dq[Dt / LANES];
+    for (int c = 0; c < Dt / LANES; ++c) dq[c] = 0.0f;
 
     for (int t = 0; t < n_tiles; ++t) {
         const int k0 = t * Bc;
         __syncthreads();  // the previous K_j, V_j, dS are read before we overwrite them
-        load_rows<d, Bc>(Ks, K + bh * Nk * d, k0, Nk, tid, nthreads);
-        load_rows<d, Bc>(Vs, V + bh * Nk * d, k0, Nk, tid, nthreads);
-        __syncthreads();  // K_j, V_j (and, on the first tile, Q_i, dO_i, L_i, D_i) are loaded
+        load_rows<Dt, Bc>(Ks, K + bh * Nk * d, k0, Nk, d, tid, nthreads);
+        load_rows<Dt, Bc>(Vs, V + bh * Nk * d, k0, Nk, d, tid, nthreads);
+        if (STORED) load_scores<Br, Bc>(dSs, S + bh * Nq * Nk, q0, k0, Nq, Nk, causal, tid, nthreads);
+        __syncthreads();  // K_j, V_j (stored: S_ij; first tile: Q_i, dO_i, L_i, D_i) are loaded
 
         for (int c = 0; c < Bc / LANES; ++c) {
             const int jj = lane + c * LANES, j = k0 + jj;
-            float s = 0.0f, dpd = 0.0f;  // the same sums, in the same order, as attn_flash_bwd_dkdv
-            for (int k = 0; k < d; ++k) {
-                s += Qs[r][k] * Ks[jj][k];
-                dpd += dOs[r][k] * Vs[jj][k];
-            }
-            const bool visible = i < Nq && j < Nk && (!causal || j <= i + Nk - Nq);
-            const float p = visible ? expf(scale * s - Ls[r]) : 0.0f;  // P_ij = exp(S_ij - L_i)
+            // the same sums, in the same order, as attn_flash_bwd_dkdv
+            const float s = STORED ? dSs[r][jj] : scale * row_dot<Dt>(Qs[r], Ks[jj]);  // S_ij
+            const float dpd = row_dot<Dt>(dOs[r], Vs[jj]);  // (dO V^T)_ij
+            const float p = visible(i, j, Nq, Nk, causal) ? expf(s - Ls[r]) : 0.0f;  // P_ij = exp(S_ij - L_i)
             const float z = p > 0.0f ? dropout_factor(drop, (bh * Nq + i) * Nk + j) : 0.0f;
             dSs[r][jj] = p * (dpd * z - Ds[r]);  // dS_ij = P_ij (dP_ij - D_i)
         }
         __syncwarp();  // row r of dS was written by its own row group (one warp); now read it
 
-        for (int c = 0; c < d / LANES; ++c) {  // dQ_i += dS_ij K_j
+        for (int c = 0; c < Dt / LANES; ++c) {  // dQ_i += dS_ij K_j
             const int col = lane + c * LANES;
             float sq = 0.0f;
             for (int jj = 0; jj < Bc; ++jj) sq += dSs[r][jj] * Ks[jj][col];
@@ -231,6 +237,10 @@ __global__ void __launch_bounds__(Br * LANES) attn_flash_bwd_dq(const float* Q, 
         }
     }
 
-    if (i < Nq)
-        for (int c = 0; c < d / LANES; ++c) dQ[(bh * Nq + i) * d + lane + c * LANES] = scale * dq[c];
+    if (i < Nq) {
+        for (int c = 0; c < Dt / LANES; ++c) {
+            const int col = lane + c * LANES;
+            if (col < d) dQ[(bh * Nq + i) * d + col] = scale * dq[c];  // padded columns: not stored
+        }
+    }
 }

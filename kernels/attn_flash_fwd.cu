@@ -1,4 +1,5 @@
-// attn_flash_fwd.cu: FlashAttention forward. Tiled, online softmax, nothing N x N in HBM.
+// attn_flash_fwd.cu: FlashAttention forward. Tiled, online softmax; with STORED, also the
+// scores S of every visited tile to HBM (the store-P method's forward).
 //
 //   S = scale * Q K^T,  P = softmax(S),  O = dropout(P) V,  L_i = m_i + log l_i
 //
@@ -9,12 +10,21 @@
 //   l     = alpha * l + sum_j exp(S_ij - m_new)
 //   acc   = alpha * acc + dropout(exp(S - m_new)) V_j
 // and at the end writes O_i = acc / l and L_i = m + log l. Exponents are never positive, so
-// |S| ~ 1e4 cannot overflow. L is all the backward needs to recompute P = exp(S - L).
+// |S| ~ 1e4 cannot overflow. L is all the flash backward needs to recompute P = exp(S - L).
 //
-// Shapes: Q, O (B, H, Nq, d); K, V (B, H, Nk, d); L (B, H, Nq); fp32, contiguous.
-// Template: d (head dim), Br (query rows per block), Bc (keys per tile); Br, Bc multiples of
-// LANES. grid (Tr = ceil(Nq/Br), B*H), block (LANES, Br): row group r = threadIdx.y owns query
-// i = q0 + r; its lane owns the S columns j = lane + c*LANES and the O columns lane + c*LANES.
+// Two methods, one kernel; the template switch STORED is the only difference between them:
+//   STORED = false  flash: nothing N x N leaves the chip; the backward recomputes S = Q K^T.
+//   STORED = true   stored: each visible S_ij is also written to S (B, H, Nq, Nk) in the same
+//                   single pass, from the registers that hold it (Q K^T runs once). It stores
+//                   the scores S, not P: P = exp(S - L) needs L, known only when the pass
+//                   ends; the backward reads S back and forms P = exp(S - L) without Q K^T.
+//                   Entries that are masked (causal) or in a skipped tile are never written.
+//
+// Shapes: Q, O (B, H, Nq, d); K, V (B, H, Nk, d); L (B, H, Nq); S (B, H, Nq, Nk) or empty;
+// fp32, contiguous. Template: Dt (tile head dim >= d, see common.cuh), Br (query rows per
+// block), Bc (keys per tile), STORED; Br, Bc multiples of LANES. grid (Tr = ceil(Nq/Br), B*H),
+// block (LANES, Br): row group r = threadIdx.y owns query i = q0 + r; its lane owns the S
+// columns j = lane + c*LANES and the O columns lane + c*LANES.
 // Causal (bottom-right aligned): i sees j iff j <= i + Nk - Nq; key tiles wholly to the right
 // of the block's last row are skipped. A row that sees no key gets O = 0 and L = +inf (as in
 // FlashAttention 2), so that exp(S - L) = 0 in the backward.
@@ -22,36 +32,33 @@
 // l sums the undropped P, so L is the softmax's logsumexp with or without dropout.
 //
 // Global bytes per (b, h): Q Nq*d read once; K and V: each visited tile's rows, d each, for
-// every query tile (Tr*Nk*d each when not causal); O Nq*d and L Nq written. Shared memory:
-// 4 * (Br*(d+1) + Bc*(d+1) + Bc*d + Br*(Bc+1)) bytes (ckptlab/attention.py checks the budget).
+// every query tile (Tr*Nk*d each when not causal); O Nq*d and L Nq written; with STORED, S
+// one float per visible (i, j). Shared memory: 4 * (Br*(Dt+1) + Bc*(Dt+1) + Bc*Dt +
+// Br*(Bc+1)) bytes (ckptlab/kernels/table.py checks the 48 KiB budget).
 #include "common.cuh"
 
-template <int d, int Br, int Bc>
+template <int Dt, int Br, int Bc, bool STORED>
 __global__ void __launch_bounds__(Br * LANES) attn_flash_fwd(const float* Q, const float* K, const float* V, float* O, float* L,
-                               int Nq, int Nk, float scale, int causal, unsigned long long seed,
-                               unsigned long long offset, unsigned threshold, float inv_keep) {
-    static_assert(d % LANES == 0 && Bc % LANES == 0 && Br % (WARP / LANES) == 0, "tile sizes");
-    __shared__ float Qs[Br][d + 1];  // +1: lanes reading different rows at one k hit distinct banks
-    __shared__ float Ks[Bc][d + 1];
-    __shared__ float Vs[Bc][d];
+                               float* S, int Nq, int Nk, int d, float scale, int causal,
+                               unsigned long long seed, unsigned long long offset,
+                               unsigned threshold, float inv_keep) {
+    static_assert(Dt % LANES == 0 && Dt <= MAX_HEAD_DIM, "tile head dim");
+    static_assert(Bc % LANES == 0 && Br % (WARP / LANES) == 0, "tile sizes");
+    __shared__ float Qs[Br][Dt + 1];  // +1: lanes reading different rows at one k hit distinct banks
+    __shared__ float Ks[Bc][Dt + 1];
+    __shared__ float Vs[Bc][Dt];
     __shared__ float Ps[Br][Bc + 1];  // dropped P of this tile, one row per row group
 
     const int lane = threadIdx.x, r = threadIdx.y;
     const int tid = r * LANES + lane, nthreads = Br * LANES;
     const long long bh = blockIdx.y;
     const int q0 = blockIdx.x * Br, i = q0 + r;
-    const float* Qb = Q + bh * Nq * d;
     const float* Kb = K + bh * Nk * d;
     const float* Vb = V + bh * Nk * d;
     const Dropout drop = {seed, offset, threshold, inv_keep};
 
-    // Q_i: Br x d, loaded once; rows past Nq are zero so they compute harmless finite numbers
-    for (int e = tid; e < Br * d; e += nthreads) {
-        const int rr = e / d, c = e % d;
-        float x = 0.0f;
-        if (q0 + rr < Nq) x = Qb[(long long)(q0 + rr) * d + c];
-        Qs[rr][c] = x;
-    }
+    // Q_i: Br x d, loaded once; rows past Nq are zero and see no key (harmless -inf scores)
+    load_rows<Dt, Br>(Qs, Q + bh * Nq * d, q0, Nq, d, tid, nthreads);
 
     // key tiles this block visits: all, or (causal) up to the last key its last row sees
     const int Tc = ceil_div(Nk, Bc);
@@ -62,22 +69,14 @@ __global__ void __launch_bounds__(Br * LANES) attn_flash_fwd(const float* Q, con
     }
 
     float m = -INFINITY, l = 0.0f;  // running row max and row sum of row i
-    float acc[d / LANES];           // O_i columns lane + c*LANES, unnormalised
-    for (int c = 0; c < d / LANES; ++c) acc[c] = 0.0f;
+    float acc[Dt / LANES];          // O_i columns lane + c*LANES, unnormalised
+    for (int c = 0; c < Dt / LANES; ++c) acc[c] = 0.0f;
 
     for (int t = 0; t < n_tiles; ++t) {
         const int k0 = t * Bc;
         __syncthreads();  // all reads of the previous K_j, V_j are done before we overwrite them
-        for (int e = tid; e < Bc * d; e += nthreads) {  // K_j, V_j: Bc x d; rows past Nk are 0
-            const int jj = e / d, c = e % d;
-            float kx = 0.0f, vx = 0.0f;
-            if (k0 + jj < Nk) {
-                kx = Kb[(long long)(k0 + jj) * d + c];
-                vx = Vb[(long long)(k0 + jj) * d + c];
-            }
-            Ks[jj][c] = kx;
-            Vs[jj][c] = vx;
-        }
+        load_rows<Dt, Bc>(Ks, Kb, k0, Nk, d, tid, nthreads);  // K_j, V_j: Bc x d; 0 past Nk
+        load_rows<Dt, Bc>(Vs, Vb, k0, Nk, d, tid, nthreads);
         __syncthreads();  // K_j and V_j (and, on the first tile, Q_i) are in shared memory
 
         // S_ij = scale * q_i . k_j for this lane's columns; masked or out of range -> -inf
@@ -86,9 +85,11 @@ __global__ void __launch_bounds__(Br * LANES) attn_flash_fwd(const float* Q, con
         for (int c = 0; c < Bc / LANES; ++c) {
             const int jj = lane + c * LANES, j = k0 + jj;
             float dot = 0.0f;
-            for (int k = 0; k < d; ++k) dot += Qs[r][k] * Ks[jj][k];
-            const bool visible = j < Nk && (!causal || j <= i + Nk - Nq);
-            s[c] = visible ? scale * dot : -INFINITY;
+            for (int k = 0; k < Dt; ++k) dot += Qs[r][k] * Ks[jj][k];
+            const bool seen = visible(i, j, Nq, Nk, causal);
+            s[c] = seen ? scale * dot : -INFINITY;
+            // stored: S_ij to HBM once, from this register; the backward reads it back
+            if (STORED && seen) S[(bh * Nq + i) * Nk + j] = s[c];
             m_tile = fmaxf(m_tile, s[c]);
         }
         const float m_new = fmaxf(m, group_max<LANES>(m_tile));
@@ -108,7 +109,7 @@ __global__ void __launch_bounds__(Br * LANES) attn_flash_fwd(const float* Q, con
         __syncwarp();  // row r of Ps was written by its own row group (one warp); now read it
 
         // acc_i = alpha * acc_i + sum_j P_dropped_ij V_jc
-        for (int c = 0; c < d / LANES; ++c) {
+        for (int c = 0; c < Dt / LANES; ++c) {
             const int col = lane + c * LANES;
             float pv = 0.0f;
             for (int jj = 0; jj < Bc; ++jj) pv += Ps[r][jj] * Vs[jj][col];
@@ -118,7 +119,10 @@ __global__ void __launch_bounds__(Br * LANES) attn_flash_fwd(const float* Q, con
 
     if (i < Nq) {
         const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;  // a row that saw no key: O = 0
-        for (int c = 0; c < d / LANES; ++c) O[(bh * Nq + i) * d + lane + c * LANES] = acc[c] * inv_l;
+        for (int c = 0; c < Dt / LANES; ++c) {
+            const int col = lane + c * LANES;
+            if (col < d) O[(bh * Nq + i) * d + col] = acc[c] * inv_l;  // padded columns: not stored
+        }
         if (lane == 0) L[bh * Nq + i] = l > 0.0f ? m + logf(l) : INFINITY;  // L_i = m_i + log l_i
     }
 }

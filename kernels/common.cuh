@@ -4,6 +4,16 @@
 //   group_max / group_sum    max / sum over the WIDTH lanes of a lane group (xor butterfly)
 //   View, naive_matmul_tile  one NAIVE_TILE x NAIVE_TILE tile of C = op(A) op(B) through
 //                            shared memory: the plain tiled matmul of the naive kernels
+//   visible                  does query i see key j (in range, and causal bottom-right)
+//   load_rows, load_vec      a tile of rows of a (N, d) matrix, or of a per-row vector (L, D),
+//                            into shared memory, zero-padded past N and past d
+//   load_scores              a (Br x Bc) tile of the stored scores S into shared memory
+//
+// Head dims: the flash kernels are instantiated for a tile head dim Dt (a template argument,
+// one of a few: ckptlab/kernels/table.py) and take the real head dim d <= Dt at run time, as
+// FlashAttention rounds its head dim up. Shared-memory tiles are Dt wide; columns d..Dt-1 are
+// zero there, never loaded from and never stored to global memory, so global traffic depends
+// on d only and the padded columns add only (zero) multiply-adds.
 //
 // Thread layout used by the flash kernels: a "row group" of LANES consecutive threads
 // (threadIdx.x = lane) shares one row of a tile. LANES divides 32, so a row group always
@@ -21,6 +31,7 @@
 #define WARP 32            // threads in a warp
 #define FULL_MASK 0xffffffffu
 #define NAIVE_TILE 16      // naive matmuls: NAIVE_TILE x NAIVE_TILE outputs per block, one each
+#define MAX_HEAD_DIM 256   // the largest head dim of the flash kernels (FlashAttention's too)
 
 __device__ __forceinline__ int ceil_div(int n, int tile) { return (n + tile - 1) / tile; }
 
@@ -78,4 +89,46 @@ __device__ __forceinline__ float naive_matmul_tile(View A, View B, int M, int N,
         __syncthreads();  // everyone is done with these tiles before the next k0 overwrites them
     }
     return acc;
+}
+
+// Does query i see key j: both in range and, when causal, j <= i + Nk - Nq (the mask aligned
+// to the bottom-right corner, as FlashAttention 2.1+ does when Nq != Nk).
+__device__ __forceinline__ bool visible(int i, int j, int Nq, int Nk, int causal) {
+    return i < Nq && j < Nk && (!causal || j <= i + Nk - Nq);
+}
+
+// Rows [r0, r0 + R) of a row-major (N, d) matrix into dst[R][STRIDE] (Dt columns used):
+// dst[rr][c] = src[r0 + rr][c] for rows < N and c < d, 0 elsewhere. Consecutive threads read
+// consecutive columns of a row (coalesced); padding is never loaded.
+template <int Dt, int R, int STRIDE>
+__device__ __forceinline__ void load_rows(float (*dst)[STRIDE], const float* src, int r0, int N,
+                                          int d, int tid, int nthreads) {
+    static_assert(Dt <= STRIDE, "a row of the tile holds Dt columns");
+    for (int e = tid; e < R * Dt; e += nthreads) {
+        const int rr = e / Dt, c = e % Dt;
+        float x = 0.0f;
+        if (r0 + rr < N && c < d) x = src[(long long)(r0 + rr) * d + c];
+        dst[rr][c] = x;
+    }
+}
+
+// R entries of a per-row vector (L or D) starting at r0, `fill` past N; one thread each.
+template <int R>
+__device__ __forceinline__ void load_vec(float* dst, const float* src, int r0, int N, float fill,
+                                         int tid) {
+    if (tid < R) dst[tid] = r0 + tid < N ? src[r0 + tid] : fill;
+}
+
+// The (Br x Bc) tile at (q0, k0) of the stored scores S of one (b, h), a row-major (Nq, Nk)
+// array, into dst[Br][STRIDE]: consecutive threads read consecutive keys of a row (coalesced),
+// never a column per thread. Only visible entries are read (the forward wrote only those);
+// the others are -inf, so that P = exp(S - L) = 0 there.
+template <int Br, int Bc, int STRIDE>
+__device__ __forceinline__ void load_scores(float (*dst)[STRIDE], const float* S, int q0, int k0,
+                                            int Nq, int Nk, int causal, int tid, int nthreads) {
+    static_assert(Bc <= STRIDE, "a row of the tile holds Bc scores");
+    for (int e = tid; e < Br * Bc; e += nthreads) {
+        const int ii = e / Bc, jj = e % Bc, i = q0 + ii, j = k0 + jj;
+        dst[ii][jj] = visible(i, j, Nq, Nk, causal) ? S[(long long)i * Nk + j] : -INFINITY;
+    }
 }

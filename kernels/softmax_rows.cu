@@ -11,8 +11,10 @@
 //   Pass 2: y_c = exp(x_c - m) / l.
 //
 // Global traffic (counted, exactly): x read twice, y written once:
-//   read 2 * R * C * 4 bytes, written R * C * 4 bytes; about 5 FLOPs per element per pass.
-// ~0.4 FLOP/byte: deeply memory-bound (the lab's roofline places it).
+//   read 2 * R * C * 4 bytes, written R * C * 4 bytes.
+// FLOPs: 5 per element in all, both passes together (pass 1: a max, an exp and a multiply-add;
+// pass 2: an exp and a scale), as ckptlab.measure.traffic.softmax_rows counts them.
+// 5 / 12 ~ 0.42 FLOP/byte: deeply memory-bound (the lab's roofline places it).
 #include "common.cuh"
 
 #ifndef ROWS_PER_BLOCK

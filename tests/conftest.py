@@ -1,6 +1,8 @@
 """Test-wide rules: CPU tests run on the emulator (with its race check on) even on a machine
 with a GPU; tests marked `gpu` run on the CUDA target and are skipped, with the reason, where
-there is no GPU."""
+there is no GPU. A test that takes the `torch` fixture uses PyTorch as an independent oracle
+and is skipped, with the reason, where PyTorch is not installed (the README's venv; CI
+installs it)."""
 
 import pytest
 
@@ -23,6 +25,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if wants_gpu(item):
             item.add_marker(skip)
+
+
+@pytest.fixture
+def torch():
+    """The torch module, or a skip that says PyTorch is missing (never a silent pass)."""
+    return pytest.importorskip("torch", reason="PyTorch is not installed: this test uses it "
+                               "as an independent oracle (pip install torch; CI does)")
 
 
 @pytest.fixture(autouse=True)

@@ -1,12 +1,15 @@
-"""The four attention kernels on the emulator against the float64 reference and PyTorch.
+"""The attention kernels of the three methods on the emulator against the float64 reference and
+PyTorch.
 
-For each shape: naive forward/backward, flash forward, flash backward with atomic dQ and with
-the deterministic dQ (twice: bitwise equal). Each output (O, L, dQ, dK, dV) must be within
+For each shape: naive forward/backward; for stored and for flash (the same fused kernels, S
+stored or recomputed) the forward and the backward with atomic dQ and with the deterministic dQ
+(twice: bitwise equal). Each output (O, L, dQ, dK, dV) must be within
     relative Frobenius error <= 1e-5 of float64 truth       (fp32: ~1e-7 per op, N and d sums)
     and <= 2x the error of the same math in float32 NumPy   (FlashAttention's rule)
 plus FLOOR: one fp32 rounding of the result (2^-22 relative), for outputs the float32 NumPy
 path happens to get exact (e.g. N = 1, where O is V itself). Outputs are NaN-poisoned by the
-wrappers, so an element no thread writes fails here. Time: ~20 s on 2 cores (B*H <= 2).
+wrappers, so an element no thread writes fails here. Time: ~30 s on 2 cores (B*H <= 2).
+Every other head dim (8..256, padded tiles): tests/test_attention_head_dims.py.
 """
 
 import numpy as np
@@ -31,7 +34,8 @@ def on_the_emulator():
 # Nq > Nk: rows that see no key); B*H alternates 1 and 2 (batch offsets, dropout indices).
 PAIRS = [(1, 100), (17, 17), (257, 64), (64, 257), (100, 17), (17, 100), (257, 257), (100, 64)]
 OPTIONS = [(False, 0.0), (True, 0.0), (False, 0.2), (True, 0.3)]
-GRID = [(d, causal, p) for d in kernels.HEAD_DIMS for causal, p in OPTIONS]
+GRID_DIMS = (16, 32, 64, 128)  # the tile head dims of the labs; the others: _head_dims.py
+GRID = [(d, causal, p) for d in GRID_DIMS for causal, p in OPTIONS]
 CASES = [(1, 1 + n % 2, *PAIRS[n % len(PAIRS)], d, causal, p)
          for n, (d, causal, p) in enumerate(GRID)]
 CASES += [
@@ -115,18 +119,20 @@ def run_case(c, xp=np, seed=0):
     for name, g, t, t32, zb in zip(("dQ", "dK", "dV"), grads, g64, g32, bounds, strict=True):
         check(f"naive {name}", g, t, t32, zb)
 
-    O, saved = kernels.flash_forward(qd, kd, vd, **kw)
-    check("flash O", O, O64, O32)
-    check_L("flash L", saved.tensors["L"], L64, L32)
-    for deterministic in (False, True):
-        grads = kernels.flash_backward(dOd, qd, kd, vd, saved, deterministic=deterministic)
-        for name, g, t, t32, zb in zip(("dQ", "dK", "dV"), grads, g64, g32, bounds, strict=True):
-            check(f"flash {name} (deterministic={deterministic})", g, t, t32, zb)
-    # Bitwise run to run, whatever order the blocks run in (shuffled, as a GPU may order them).
-    with emu.settings(block_order="shuffled"):
-        again = kernels.flash_backward(dOd, qd, kd, vd, saved, deterministic=True)
-    for name, a, b in zip(("dQ", "dK", "dV"), grads, again, strict=True):
-        assert np.array_equal(device.to_numpy(a), device.to_numpy(b)), f"{name} not bitwise"
+    for method in ("stored", "flash"):
+        O, saved = kernels.forward(method, qd, kd, vd, **kw)
+        check(f"{method} O", O, O64, O32)
+        check_L(f"{method} L", saved.tensors["L"], L64, L32)
+        for deterministic in (False, True):
+            grads = kernels.backward(method, dOd, qd, kd, vd, saved, deterministic)
+            for name, g, t, t32, zb in zip(("dQ", "dK", "dV"), grads, g64, g32, bounds,
+                                           strict=True):
+                check(f"{method} {name} (deterministic={deterministic})", g, t, t32, zb)
+        # Bitwise run to run, whatever order the blocks run in (shuffled, as a GPU may order them)
+        with emu.settings(block_order="shuffled"):
+            again = kernels.backward(method, dOd, qd, kd, vd, saved, deterministic=True)
+        for name, a, b in zip(("dQ", "dK", "dV"), grads, again, strict=True):
+            assert np.array_equal(device.to_numpy(a), device.to_numpy(b)), f"{method} {name}"
     return O, grads
 
 
@@ -153,7 +159,7 @@ def test_atomic_dq_depends_on_the_block_order_and_deterministic_does_not():
 
 
 @pytest.mark.parametrize("c", [CASES[7], CASES[11]], ids=case_id)
-def test_kernels_match_torch_autograd(c):
+def test_kernels_match_torch_autograd(c, torch):
     """PyTorch float64 autograd as an independent oracle (its own masked softmax)."""
     from test_reference import torch_attention
 
@@ -161,7 +167,7 @@ def test_kernels_match_torch_autograd(c):
     q, k, v, dO = make_inputs(B, H, Nq, Nk, d, 3)
     O_t, L_t, g_t = torch_attention(*(a.astype(np.float64) for a in (q, k, v, dO)), causal,
                                     1 / np.sqrt(d), p, 5, 0)
-    for method in ("naive", "flash"):
+    for method in kernels.METHODS:
         O, saved = getattr(kernels, f"{method}_forward")(q, k, v, causal=causal,
                                                            dropout_p=p, seed=5)
         grads = getattr(kernels, f"{method}_backward")(dO, q, k, v, saved)
@@ -177,12 +183,14 @@ def test_other_tile_sizes(tiles):
     q, k, v, dO = make_inputs(1, 1, 45, 70, 32, 4)
     kw = dict(causal=True, dropout_p=0.2, seed=9, offset=1)
     O64, L64, g64 = truths(q, k, v, dO, True, 0.2, 9, 1, np.float64)
-    O, saved = kernels.flash_forward(q, k, v, **kw, tiles=tiles)
-    assert rel(O, O64) <= TOL and rel(saved.tensors["L"], L64) <= TOL
-    for deterministic in (False, True):
-        grads = kernels.flash_backward(dO, q, k, v, saved, deterministic, tiles=tiles)
-        for g, t in zip(grads, g64, strict=True):
-            assert rel(g, t) <= TOL
+    for method in ("stored", "flash"):
+        O, saved = getattr(kernels, f"{method}_forward")(q, k, v, **kw, tiles=tiles)
+        assert rel(O, O64) <= TOL and rel(saved.tensors["L"], L64) <= TOL
+        for deterministic in (False, True):
+            grads = getattr(kernels, f"{method}_backward")(dO, q, k, v, saved, deterministic,
+                                                            tiles=tiles)
+            for g, t in zip(grads, g64, strict=True):
+                assert rel(g, t) <= TOL
 
 
 def test_large_scores_do_not_overflow():
@@ -190,11 +198,11 @@ def test_large_scores_do_not_overflow():
     inf (or 0/0). The inputs make S exact in fp32 (multiples of 1/64 below 2^24), so the
     softmax's own accuracy is what is measured.
 
-    Forward (O, L) and the store-P backward keep their usual accuracy. The flash backward
-    cannot: it recomputes P = exp(S - L) from L stored in fp32, and L ~ 1e4 is only known to
-    |L| * 2^-24 ~ 6e-4, which becomes the relative error of P and of the gradients (measured
-    ~3e-4 here). That is FlashAttention's own trade (its L is fp32 too); the bound below is
-    that rounding, |L| * eps."""
+    Forward (O, L) and the naive backward (which keeps P) keep their usual accuracy. The
+    stored and flash backwards cannot: they form P = exp(S - L) from L stored in fp32, and
+    L ~ 1e4 is only known to |L| * 2^-24 ~ 6e-4, which becomes the relative error of P and of
+    the gradients (measured ~3e-4 here). That is FlashAttention's own trade (its L is fp32
+    too); the bound below is that rounding, |L| * eps."""
     g = np.random.default_rng(5)
     B, H, Nq, Nk, d = 1, 2, 40, 33, 32
     q = (g.integers(-8, 9, (B, H, Nq, d)) / 8).astype(np.float32)
@@ -205,11 +213,11 @@ def test_large_scores_do_not_overflow():
     O64, L64, g64 = truths(q, k, v, dO, False, 0.0, 0, 0, np.float64, scale=1.0)
     O32, L32, g32 = truths(q, k, v, dO, False, 0.0, 0, 0, np.float32, scale=1.0)
     assert np.abs(L64).min() > 9e3
-    for method in ("naive", "flash"):
+    for method in kernels.METHODS:
         O, saved = getattr(kernels, f"{method}_forward")(q, k, v, scale=1.0)
         check(f"{method} O", O, O64, O32)
-        if method == "flash":
-            check_L("flash L", saved.tensors["L"], L64, L32)
+        if method != "naive":
+            check_L(f"{method} L", saved.tensors["L"], L64, L32)
         slack = FLOOR if method == "naive" else np.abs(L64).max() * EPS32
         grads = getattr(kernels, f"{method}_backward")(dO, q, k, v, saved)
         for name, g_, t, t32 in zip(("dQ", "dK", "dV"), grads, g64, g32, strict=True):
@@ -267,7 +275,7 @@ BAD_FORWARD = [
 ]
 
 
-@pytest.mark.parametrize("method", ["naive", "flash"])
+@pytest.mark.parametrize("method", kernels.METHODS)
 @pytest.mark.parametrize("arg,bad,error,message", BAD_FORWARD,
                          ids=[f"{b[0]}-{b[3]}" for b in BAD_FORWARD])
 def test_bad_forward_input(method, arg, bad, error, message):
@@ -278,7 +286,7 @@ def test_bad_forward_input(method, arg, bad, error, message):
     assert arg in str(info.value) and rec.launches == []
 
 
-@pytest.mark.parametrize("method", ["naive", "flash"])
+@pytest.mark.parametrize("method", kernels.METHODS)
 @pytest.mark.parametrize("kwargs,message", [
     (dict(dropout_p=1.0), "dropout_p"), (dict(dropout_p=-0.1), "dropout_p"),
     (dict(scale=float("nan")), "scale"), (dict(seed=-1), "seed"), (dict(causal="yes"), "causal"),
@@ -290,11 +298,12 @@ def test_bad_forward_options(method, kwargs, message):
     assert rec.launches == []
 
 
-@pytest.mark.parametrize("shape,message", [((1, 1, 9, 24), "head dim d"),
-                                           ((1, 1, 0, 16), "must be >= 1")])
+@pytest.mark.parametrize("shape,message", [
+    ((1, 1, 9, 12), r"multiple of 8 in \[8, 256\], got d=12"), ((1, 1, 9, 264), "got d=264"),
+    ((1, 1, 0, 16), "must be >= 1")])
 def test_bad_sizes(shape, message):
     x = np.zeros(shape, np.float32)
-    for method in ("naive", "flash"):
+    for method in kernels.METHODS:
         with emu.record() as rec, pytest.raises(ValueError, match=message):
             getattr(kernels, f"{method}_forward")(x, x, x)
         assert rec.launches == []

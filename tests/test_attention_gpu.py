@@ -60,10 +60,11 @@ def test_atomic_dq_within_tolerance_run_to_run(c, cp):
     if np.linalg.norm(dQ64) == 0:
         pytest.skip("exact dQ is 0 (one key per row): covered by the zero bound elsewhere")
     qd, kd, vd, dOd = (cp.asarray(a) for a in (q, k, v, dO))
-    _, saved = kernels.flash_forward(qd, kd, vd, causal=causal, dropout_p=p, seed=2)
-    for deterministic in (False, False, True):
-        dQ = kernels.flash_backward(dOd, qd, kd, vd, saved, deterministic)[0]
-        assert rel(cp.asnumpy(dQ), dQ64) <= TOL
+    for method in ("stored", "flash"):
+        _, saved = kernels.forward(method, qd, kd, vd, causal=causal, dropout_p=p, seed=2)
+        for deterministic in (False, False, True):
+            dQ = kernels.backward(method, dOd, qd, kd, vd, saved, deterministic)[0]
+            assert rel(cp.asnumpy(dQ), dQ64) <= TOL, method
 
 
 def test_numpy_array_on_the_cuda_target_is_refused(cp):
@@ -79,10 +80,22 @@ def test_other_tile_sizes_on_gpu(tiles, cp):
     q, k, v, dO = make_inputs(1, 2, 300, 170, 64, 4)
     O64, L64, g64 = truths(q, k, v, dO, True, 0.2, 9, 1, np.float64)
     qd, kd, vd, dOd = (cp.asarray(a) for a in (q, k, v, dO))
-    O, saved = kernels.flash_forward(qd, kd, vd, causal=True, dropout_p=0.2, seed=9,
-                                       offset=1, tiles=tiles)
-    assert rel(cp.asnumpy(O), O64) <= TOL
-    for deterministic in (False, True):
-        grads = kernels.flash_backward(dOd, qd, kd, vd, saved, deterministic, tiles=tiles)
-        for g, t in zip(grads, g64, strict=True):
-            assert rel(cp.asnumpy(g), t) <= TOL
+    for method in ("stored", "flash"):
+        forward, backward = (getattr(kernels, f"{method}_{w}") for w in ("forward", "backward"))
+        O, saved = forward(qd, kd, vd, causal=True, dropout_p=0.2, seed=9, offset=1,
+                           tiles=tiles)
+        assert rel(cp.asnumpy(O), O64) <= TOL
+        for deterministic in (False, True):
+            grads = backward(dOd, qd, kd, vd, saved, deterministic, tiles=tiles)
+            for g, t in zip(grads, g64, strict=True):
+                assert rel(cp.asnumpy(g), t) <= TOL, method
+
+
+def test_every_head_dim_on_gpu(cp):
+    """The head-dim cases of test_attention_head_dims.py (8..256, padded tiles) on the GPU,
+    where the shared-memory budget and the registers are real."""
+    from test_attention import run_case
+    from test_attention_head_dims import HEAD_DIMS, case
+
+    for n, d in enumerate(HEAD_DIMS):
+        run_case(case(n, d), xp=cp, seed=n)

@@ -1,6 +1,6 @@
 """Counted bytes (the emulator) == modeled bytes (ckptlab.measure.traffic), exactly, for every
-launch and every pointer argument; the flash backward holds and writes nothing N x N; how bytes and
-saved memory grow with N."""
+launch and every pointer argument of the three methods; the flash backward holds and writes nothing
+N x N; how bytes and saved memory grow with N."""
 
 import tracemalloc
 
@@ -34,8 +34,10 @@ def modeled(launches) -> list:
                         for n in m.read}) for m in launches]
 
 
-SHAPES = [  # (B, H, Nq, Nk, d, causal, tiles or None)
+SHAPES = [  # (B, H, Nq, Nk, d, causal, tiles or None); d = 40, 200: tiles padded to 64, 256
     (1, 1, 1, 1, 16, False, None),
+    (1, 2, 30, 19, 40, True, None),
+    (1, 1, 21, 9, 200, False, None),
     (2, 1, 17, 40, 32, True, None),
     (1, 2, 40, 17, 64, True, None),  # rows that see no key, key tiles no query sees
     (1, 1, 100, 100, 128, False, None),
@@ -43,6 +45,10 @@ SHAPES = [  # (B, H, Nq, Nk, d, causal, tiles or None)
     (1, 1, 45, 70, 32, True, (16, 32)),
     (1, 1, 70, 45, 32, True, (32, 8)),
 ]
+
+
+FUSED = {"stored": (traffic.stored_forward_traffic, traffic.stored_backward_traffic),
+         "flash": (traffic.flash_forward_traffic, traffic.flash_backward_traffic)}
 
 
 @pytest.mark.parametrize("B,H,Nq,Nk,d,causal,tiles", SHAPES)
@@ -56,14 +62,16 @@ def test_counted_bytes_equal_the_model(B, H, Nq, Nk, d, causal, tiles):
     with emu.record() as rec:
         kernels.naive_backward(dO, q, k, v, saved)
     assert counted(rec) == modeled(traffic.naive_backward_traffic(B, H, Nq, Nk, d, causal))
-    with emu.record() as rec:
-        _, saved = kernels.flash_forward(q, k, v, **kw, tiles=tiles)
-    assert counted(rec) == modeled(traffic.flash_forward_traffic(B, H, Nq, Nk, d, causal, Br, Bc))
-    for deterministic in (False, True):
+    for method, (fwd_model, bwd_model) in FUSED.items():
         with emu.record() as rec:
-            kernels.flash_backward(dO, q, k, v, saved, deterministic, tiles=tiles)
-        model = traffic.flash_backward_traffic(B, H, Nq, Nk, d, causal, deterministic, Br, Bc)
-        assert counted(rec) == modeled(model)
+            _, saved = kernels.forward(method, q, k, v, **kw, tiles=tiles)
+        assert counted(rec) == modeled(fwd_model(B, H, Nq, Nk, d, causal, Br, Bc)), method
+        for deterministic in (False, True):
+            with emu.record() as rec:
+                getattr(kernels, f"{method}_backward")(dO, q, k, v, saved, deterministic,
+                                                       tiles=tiles)
+            model = bwd_model(B, H, Nq, Nk, d, causal, deterministic, Br, Bc)
+            assert counted(rec) == modeled(model), (method, deterministic)
 
 
 def test_flash_backward_writes_and_holds_nothing_n_by_n():

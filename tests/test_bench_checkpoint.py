@@ -1,6 +1,8 @@
 """The checkpoint benchmark: its by-hand baseline does the engine's work (equal gradients), and
 its rows carry predictions that the measured ledger meets. Nothing here asserts a time."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -38,20 +40,41 @@ def test_hand_written_step_equals_the_engine(case):
         assert err <= 1e-12 * max(np.linalg.norm(hand[k]), floor), k
 
 
+SPECS = ["none", "sqrt", "optimal(60%)", "keep(matmul)"]
+
+
+def gpt_rows(with_torch):
+    return bench_checkpoint.run("gpt", layers=3, schedule_specs=SPECS, width=16, batch=2, seq=8,
+                                heads=2, repeats=1, with_torch=with_torch)
+
+
 def test_rows_meet_their_predictions_and_print():
-    rows = bench_checkpoint.run("gpt", layers=3, schedule_specs=["none", "sqrt", "optimal(60%)",
-                                                                 "selective(matmul)"],
-                                width=16, batch=2, seq=8, heads=2, repeats=1)
+    rows = gpt_rows(with_torch=False)
     assert rows[0]["schedule"].startswith("by hand")
     for r in rows[1:]:
         assert r["measured_peak_bytes"] == r["predicted_peak_bytes"]
         assert r["hardware_flops"] >= r["model_flops"] > 0
         assert r["allocator_peak_bytes"] > 0
-    assert "torch_saved_peak_bytes" in rows[1] and "torch_note" in rows[-1]
+        assert r["torch_note"].startswith("not asked") and "torch_step_s" not in r
     none, sqrt = rows[1], rows[2]
     assert sqrt["measured_peak_bytes"] < none["measured_peak_bytes"]
-    assert sqrt["torch_saved_peak_bytes"] < none["torch_saved_peak_bytes"]
     assert "predicted" in bench_checkpoint.table(rows)
+
+
+def test_the_pytorch_twin_counts_its_saved_tensors(torch):
+    rows = gpt_rows(with_torch=True)
+    assert "torch_saved_peak_bytes" in rows[1] and "torch_note" in rows[-1]
+    none, sqrt = rows[1], rows[2]
+    assert sqrt["torch_saved_peak_bytes"] < none["torch_saved_peak_bytes"]
+    assert all(r["torch_step_s"] > 0 for r in rows[1:-1])
+
+
+def test_without_pytorch_the_rows_say_so(monkeypatch):
+    """As in the README's venv: `import torch` fails, the twin's columns are a note."""
+    monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
+    rows = bench_checkpoint.run("mlp", layers=2, schedule_specs=["none"], width=8, batch=4,
+                                repeats=1, with_torch=True)
+    assert rows[1]["torch_note"] == "PyTorch is not installed"
 
 
 def test_main_runs_and_refuses_bad_arguments(capsys):
@@ -63,3 +86,50 @@ def test_main_runs_and_refuses_bad_arguments(capsys):
         bench_checkpoint.main(["--layers", "0"])
     with pytest.raises(SystemExit):
         bench_checkpoint.main(["--layers", "4", "--schedule", "bogus", "--no-torch"])
+
+
+def _row(name, samples):
+    q2, q1, q3 = np.percentile(samples, [50, 25, 75])
+    return {"model": "mlp", "layers": 4, "width": 8, "batch": 2, "dtype": "float32",
+            "device": "cpu", "repeats": len(samples), "schedule": name, "plan": "[]",
+            "predicted_peak_bytes": 1, "measured_peak_bytes": 1, "prediction_error": 0.0,
+            "allocator_peak_bytes": 1, "model_flops": 1, "hardware_flops": 1,
+            "hfu_over_mfu": 1.0, "step_s": q2, "step_q1_s": q1, "step_q3_s": q3,
+            "step_over_hand": 1.0, "model_gflop_per_s": 1.0, "torch_note": "not asked for"}
+
+
+def test_the_table_shows_each_spread_and_warns_when_rows_cannot_be_ordered():
+    hand = {**_row("by hand", [0.9e-3, 1e-3, 1.1e-3]), "schedule": "by hand"}
+    for key in ("predicted_peak_bytes", "torch_note"):
+        del hand[key]
+    apart = [hand, _row("none", [1e-3, 1.1e-3, 1.2e-3]), _row("sqrt", [2e-3, 2.1e-3, 2.2e-3])]
+    text = bench_checkpoint.table(apart)
+    assert "1.10 [1.05-1.15] ms" in text and "2.10 [2.05-2.15] ms" in text  # median [IQR]
+    assert "warning" not in text and bench_checkpoint.overlapping(apart) == []
+    assert "PyTorch twin (torch step, torch saved) not run: not asked for" in text
+    close = apart[:2] + [_row("sqrt", [1.05e-3, 1.12e-3, 1.3e-3])]
+    assert bench_checkpoint.overlapping(close) == [("none", "sqrt")]
+    warning = bench_checkpoint.table(close).splitlines()[-1]
+    assert warning.startswith("warning: 1 pair(s)") and "none ~ sqrt" in warning
+    assert "--repeats (now 3)" in warning
+
+
+def test_step_and_over_hand_agree_and_every_time_has_its_spread(tmp_path):
+    rows = bench_checkpoint.run("mlp", layers=3, schedule_specs=["none", "sqrt"], width=8,
+                                batch=4, repeats=3, with_torch=False)
+    hand = rows[0]
+    for r in rows:
+        assert r["step_q1_s"] <= r["step_s"] <= r["step_q3_s"]
+    for r in rows[1:]:
+        assert r["step_over_hand"] == r["step_s"] / hand["step_s"]
+    paths = bench_checkpoint.figures(rows, tmp_path)
+    assert all(p.stat().st_size > 5000 for p in paths)
+
+
+def test_the_recompute_attn_row_says_why_torch_has_no_number():
+    rows = bench_checkpoint.run("gpt", layers=2, schedule_specs=["none", "recompute(attn)"],
+                                width=8, batch=1, seq=6, heads=2, repeats=1)
+    assert rows[2]["schedule"] == "recompute(attn)"
+    assert rows[2]["measured_peak_bytes"] == rows[2]["predicted_peak_bytes"]
+    assert "torch '-' for recompute(attn): the twin does not recompute inside an op" in \
+        bench_checkpoint.table(rows)

@@ -136,8 +136,11 @@ def test_shared_memory_race_between_barriers(mod):
 
 
 def test_race_check_can_be_turned_off(mod):
+    out = np.full(32, np.nan, np.float32)
     with emu.settings(race_check=False):
-        mod.get_function("shared_race")((1,), (32,), (np.zeros(32, np.float32),))
+        mod.get_function("shared_race")((1,), (32,), (out,))
+    assert np.array_equal(out, np.arange(32))  # ran to the end: threads in order, no barrier
+    expect_fault(mod, "shared_race", (1,), (32,), (out,), r"shared-memory race", line=34)
 
 
 def test_fiber_stack_overflow_then_a_bigger_stack(mod):

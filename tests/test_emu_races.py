@@ -113,7 +113,7 @@ def test_dropping_the_atomic_from_the_flash_backward_is_caught():
     line = "atomicAdd(&dQ[(bh * Nq + q0 + ii) * d + col], scale * sq);"
     assert line in src  # the test edits exactly this line
     broken = src.replace(line, "dQ[(bh * Nq + q0 + ii) * d + col] += scale * sq;")
-    name = kernels.table.template_name("attn_flash_bwd_dkdv", 16, 32, 32, False)  # atomic dQ
+    name = kernels.table.dkdv_name(16, 32, 32, False, False)  # flash, atomic dQ
     mod = emu.RawModule(code=broken, options=(f"-I{device.KERNELS_DIR}",),
                         name="attn_flash_bwd.cu", name_expressions=[name])
     rng = np.random.default_rng()
@@ -123,8 +123,10 @@ def test_dropping_the_atomic_from_the_flash_backward_is_caught():
     L = saved.tensors["L"]
     D = np.einsum("bhnd,bhnd->bhn", dO, saved.tensors["O"]).astype(np.float32)
     dQ, dK, dV = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
-    args = (q, k, v, dO, L, D, dQ, dK, dV, np.int32(N), np.int32(N), np.float32(d ** -0.5),
-            np.int32(0), np.uint64(0), np.uint64(0), np.uint32(0), np.float32(1))
+    S = np.empty(0, np.float32)  # flash: no stored scores
+    args = (q, k, v, dO, L, D, S, dQ, dK, dV, np.int32(N), np.int32(N), np.int32(d),
+            np.float32(d ** -0.5), np.int32(0), np.uint64(0), np.uint64(0), np.uint32(0),
+            np.float32(1))
     with pytest.raises(emu.EmuError, match=r"global-memory race: .*argument 'dQ'.*another block"):
         mod.get_function(name)((2, B * H), (kernels.LANES, 32), args)
 

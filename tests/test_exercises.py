@@ -1,4 +1,4 @@
-"""Every exercise checker (ckptlab.exercises.lab01 ... lab08) against the worked solution
+"""Every exercise checker (ckptlab.exercises.lab01 ... lab09) against the worked solution
 (labs/solutions/, hand derivations independent of the models the checkers use): "right";
 against a wrong answer: "wrong, because <a reason>"; against None and the `...` placeholder:
 "not answered yet". A checker must never raise on an answer, whatever it is."""
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from ckptlab import device
-from ckptlab.exercises import lab01, lab02, lab03, lab04, lab05, lab06, lab07, lab08
+from ckptlab.exercises import lab01, lab02, lab03, lab04, lab05, lab06, lab07, lab08, lab09, lab10
+from ckptlab.measure import traffic
 
 SOLUTIONS = Path(__file__).resolve().parent.parent / "labs" / "solutions"
 
@@ -19,7 +20,8 @@ def solution(name: str):
     """Load labs/solutions/<name>.py (file names start with digits: not importable by name)."""
     spec = importlib.util.spec_from_file_location(f"solution_{name}", SOLUTIONS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    with device.use("emu"):  # loaded at import, before conftest pins the target: a solution
+        spec.loader.exec_module(module)  # that makes arrays makes them for the emulator
     return module
 
 
@@ -27,6 +29,7 @@ S1, S2 = solution("01_roofline"), solution("02_naive_attention")
 S3, S4 = solution("03_store_p_backward"), solution("04_flash_forward")
 S5, S6 = solution("05_recompute_backward"), solution("06_dropout_and_determinism")
 S7, S8 = solution("07_segment_checkpointing"), solution("08_schedules_and_budgets")
+S9 = solution("09_tensor_cores")
 with device.use("emu"):  # made at import, before conftest pins a target: on a GPU machine the
     # detected target would be "cuda"; the notebooks run on the emulator, so the profiles do too
     P7, P8 = S7.notebook_profile(), S8.notebook_profile()  # the chains the notebooks profile
@@ -42,6 +45,8 @@ CASES = [
     ("compute_bound_tile", lab01.compute_bound_tile, dict(device="A100", size=4096), S1.answer_3,
      16),
     ("free_flops", lab01.free_flops, dict(R=4096, C=4096, device="H100"), S1.answer_4, 20.0),
+    ("race_fixed", lab01.race_fixed, {}, S1.answer_5, lab01.racy_sgemm_source()),
+    ("sgemm_shared_bytes", lab01.sgemm_shared_bytes, dict(tile=32), S1.answer_6, 4096),
     ("naive_nn_bytes", lab02.naive_nn_bytes, dict(B=1, H=2, N=100, d=32), S2.answer_1,
      2 * 4 * 2 * 100 * 100),
     ("naive_nn_bytes odd", lab02.naive_nn_bytes, dict(B=3, H=1, N=37, d=16),
@@ -63,9 +68,12 @@ CASES = [
      4 * 64 * 16 * 1024 * 64),
     ("recompute_flops", lab05.recompute_flops, dict(B=1, H=2, N=100, d=32), S5.answer_1,
      S5.answer_1 // 2),
-    ("hfu_over_mfu", lab05.hfu_over_mfu, dict(B=64, H=16, N=1024, d=64), S5.answer_3, 10 / 8),
-    ("fig2_bytes_ratio", lab05.fig2_bytes_ratio, dict(B=64, H=16, N=1024, d=64), S5.answer_2,
-     40.3 / 4.4),
+    ("recompute_bytes_saved", lab05.recompute_bytes_saved, dict(B=1, H=1, N=256, d=64),
+     S5.answer_2, S5.answer_2 // 2),
+    ("recompute_bytes_saved odd", lab05.recompute_bytes_saved, dict(B=2, H=3, N=37, d=40),
+     S5.recompute_bytes_saved(2, 3, 37, 40), 3),
+    ("crossing_d", lab05.crossing_d, dict(gpu="A100", dtype="bf16"), S5.answer_3, 32),
+    ("hfu_over_mfu", lab05.hfu_over_mfu, dict(B=64, H=16, N=1024, d=64), S5.answer_4, 10 / 8),
     ("mask_bytes", lab06.mask_bytes, dict(B=64, H=16, N=1024), S6.answer_1, 4 * S6.answer_1),
     ("deterministic_flops_ratio", lab06.deterministic_flops_ratio,
      dict(B=64, H=16, N=1024, d=64), S6.answer_2, 1.0),
@@ -75,7 +83,39 @@ CASES = [
      S8.answer_1, "sqrt"),
     ("korthikanti_bytes", lab08.korthikanti_bytes, GPT3, S8.answer_2, 34 * 2048 * 12288),
     ("selective_saving", lab08.selective_saving, GPT3, S8.answer_3, 100 * S8.answer_3),
+    ("wmma_gemm_bytes", lab09.wmma_gemm_bytes, dict(M=100, N=40, K=56), S9.answer_1,
+     S9.answer_1 // 2),
+    ("wmma_gemm_bytes odd", lab09.wmma_gemm_bytes, dict(M=17, N=33, K=5),
+     S9.wmma_gemm_bytes(17, 33, 5), 4 * (17 * 5 + 5 * 33) + 4 * 17 * 33),
+    ("bf16_bytes_ratio", lab09.bf16_bytes_ratio, dict(B=1, H=1, N=1024, d=64), S9.answer_2,
+     0.5),
+    ("flash_intensity", lab09.flash_intensity, dict(B=1, H=1, N=1024, d=64), S9.answer_3,
+     S9.answer_3 / 2),
 ]
+
+# Lab 10 (PyTorch): the checker of exercise 1 runs a torch block and exercise 2 plans the
+# notebook's torch GPT, so those two need PyTorch; exercise 3 is a formula.
+S10 = solution("10_take_it_to_pytorch")
+try:
+    import torch  # noqa: F401
+    NO_TORCH = None
+except ImportError as e:
+    NO_TORCH = f"lab 10's checkers run PyTorch, which is not installed ({e})"
+CASES += [
+    ("tp_bytes_per_gpu", lab10.tp_bytes_per_gpu, dict(**GPT3, t=8), S10.answer_3,
+     2048 * 12288 * 114 // 8),
+    ("tp_bytes_per_gpu odd", lab10.tp_bytes_per_gpu, dict(s=100, b=3, h=48, a=6, t=3),
+     100 * 3 * 48 * (10 + 24 // 3) + 5 * 6 * 100 * 100 * 3 // 3, 100 * 3 * 48 * 34 // 3),
+]
+if NO_TORCH is None:
+    CASES += [
+        ("mlp_block_saved_bytes", lab10.mlp_block_saved_bytes, dict(B=32, D=64), S10.answer_1,
+         S10.answer_1 - 3 * 32 * 64),
+        ("mlp_block_saved_bytes odd", lab10.mlp_block_saved_bytes, dict(B=7, D=16),
+         24 * 7 * 16, 20 * 7 * 16),
+        ("schedule_for_budget torch", lab10.schedule_for_budget,
+         dict(prof=S10.notebook_profile(), fraction=0.4), S10.answer_2, "sqrt"),
+    ]
 IDS = [c[0] for c in CASES]
 
 
@@ -138,6 +178,18 @@ def test_the_usual_slips_get_their_own_reason():
     assert "over the" in lab04.flash_tile_rows(64)
     assert "multiple of 8" in lab04.flash_tile_rows(50)
     assert "L = m + log l" in lab04.flash_saved_bytes(4 * 64 * 16 * 1024 * 64, 64, 16, 1024, 64)
+    naive_minus_flash = (traffic.totals(traffic.launches("naive", 1, 1, 256, 256, 64))["bytes"]
+                         - traffic.totals(traffic.launches("flash", 1, 1, 256, 256, 64))["bytes"])
+    assert "fusion and recompute together" in lab05.recompute_bytes_saved(
+        naive_minus_flash, 1, 1, 256, 64)
+    assert "the fp32 crossing" in lab05.crossing_d(16, "A100", "bf16")  # fp32: at every d
+    assert "still pays" in lab05.crossing_d(32, "A100", "bf16")
+    assert "first d" in lab05.crossing_d(128, "A100", "bf16")
+    assert "does fall below 1" in lab05.crossing_d("never", "A100", "bf16")
+    assert "fp32 SGEMM" in lab09.wmma_gemm_bytes(4 * (100 * 56 * 3 + 56 * 40 * 7) + 4 * 4000,
+                                                 100, 40, 56)
+    assert "L and D" in lab09.bf16_bytes_ratio(0.5)
+    assert "hardware FLOPs" in lab09.flash_intensity(S9.answer_3 * 12 / 18)
 
 
 def test_schedule_answers_in_every_form():
@@ -148,6 +200,8 @@ def test_schedule_answers_in_every_form():
     assert lab08.schedule_for_budget(schedules.Schedule("mine", S8.answer_1), **budget) == "right"
     assert "DP's own answer" in lab08.schedule_for_budget("optimal(40%)", **budget)
     assert "over the budget" in lab08.schedule_for_budget("selective(matmul)", **budget)
+    assert "over the budget" in lab08.schedule_for_budget("keep(matmul)", **budget)
+    assert "over the budget" in lab08.schedule_for_budget("recompute(attn)", **budget)
     assert "no fewer than sqrt" in lab08.schedule_for_budget("every(2)", **budget)
     assert "cannot be built" in lab08.schedule_for_budget("every(two)", **budget)
     assert "cannot be" in lab08.schedule_for_budget([Seg([0, 1]), 3], **budget)  # not a cover
@@ -159,3 +213,16 @@ def test_schedule_answers_in_every_form():
 def test_verdict_displays_bare():
     v = lab01.sgemm_bytes(S1.answer_1, 40, 24, 56)
     assert repr(v) == "right" and isinstance(v, str)
+
+
+@pytest.mark.skipif(NO_TORCH is None, reason="PyTorch is installed: lab 10's cases run above")
+def test_lab10_cases_that_need_pytorch():
+    pytest.skip(NO_TORCH)
+
+
+def test_lab10_usual_slips():
+    assert "sequence parallelism" in lab10.tp_bytes_per_gpu(2048 * 12288 * 114 // 8, **GPT3, t=8)
+    assert "without parallelism" in lab10.tp_bytes_per_gpu(2048 * 12288 * 114, **GPT3, t=8)
+    if NO_TORCH is None:
+        assert "float noise" in lab10.mlp_block_saved_bytes(21 * 32 * 64, B=32, D=64)
+        assert "counted once" in lab10.mlp_block_saved_bytes(40 * 32 * 64, B=32, D=64)

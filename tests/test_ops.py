@@ -171,13 +171,12 @@ def test_ledger_shows_naive_keeps_P_and_flash_keeps_O_and_L():
             assert led.bytes == nbytes
             O.backward(np.ones_like(O.data))
             assert led.bytes == 0
-        if impl == "flash":  # S = Q K^T (2 N^2 d per head) and exp(S - L) (2 per score)
-            assert led.flops["recompute"] == 2 * B * H * N * N * d + 2 * B * H * N * N
+        if impl == "flash":  # S = Q K^T: 2 N^2 d per head (matmul FLOPs only, as traffic.py)
+            assert led.flops["recompute"] == 2 * B * H * N * N * d
 
 
 def test_kernels_backend_matches_numpy_backend():
-    """Runs once ckptlab.kernels (the CUDA/emulator kernels of the attention issue) exists."""
-    pytest.importorskip("ckptlab.kernels", reason="ckptlab.kernels is not written yet")
+    """The attention op on the kernels (the emulator here) against its NumPy backend."""
     for impl in ("naive", "flash"):
         q, k, v = (Tensor(R.standard_normal((1, 2, 17, 16)), requires_grad=True)
                    for _ in range(3))  # d = 16: the kernels' smallest head dim

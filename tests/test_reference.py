@@ -8,8 +8,6 @@ import pytest
 from ckptlab import reference as ref
 from ckptlab import rng
 
-torch = pytest.importorskip("torch", reason="PyTorch is the independent oracle of these tests")
-
 # float64 end to end: reference vs PyTorch differ only by summation order, ~1e-15 relative
 TOL64 = 1e-12
 
@@ -30,6 +28,8 @@ def torch_attention(q, k, v, dO, causal, scale, p, seed, offset):
     """O, L and (dQ, dK, dV) from PyTorch autograd on a hand-written masked softmax (the mask
     and dropout factor built independently of ckptlab.reference; the row max is detached,
     which leaves softmax's value and gradient unchanged and keeps empty rows NaN-free)."""
+    import torch  # callers take the `torch` fixture, skipped where PyTorch is missing
+
     q, k, v = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
     Nq, Nk = q.shape[2], k.shape[2]
     S = scale * q @ k.transpose(-1, -2)
@@ -61,7 +61,7 @@ CASES = [  # (B, H, Nq, Nk, d, causal, dropout_p)
 
 
 @pytest.mark.parametrize("B,H,Nq,Nk,d,causal,p", CASES)
-def test_reference_matches_torch_autograd(B, H, Nq, Nk, d, causal, p):
+def test_reference_matches_torch_autograd(B, H, Nq, Nk, d, causal, p, torch):
     q, k, v, dO = inputs(B, H, Nq, Nk, d)
     scale = 0.7
     O, L = ref.forward(q, k, v, causal, scale, p, seed=5, offset=2)
@@ -76,7 +76,7 @@ def test_reference_matches_torch_autograd(B, H, Nq, Nk, d, causal, p):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_reference_matches_torch_sdpa(causal):
+def test_reference_matches_torch_sdpa(causal, torch):
     """PyTorch's own attention (no dropout; Nk > Nq so that no causal row is empty)."""
     q, k, v, dO = inputs(2, 2, 9, 14, 16, seed=1)
     mask = ref.causal_visible(9, 14) if causal else None

@@ -8,7 +8,7 @@ import pytest
 
 from ckptlab import emu, kernels
 from ckptlab.kernels import nvrtc
-from ckptlab.measure import occupancy, roofline, timemodel
+from ckptlab.measure import occupancy, roofline, timemodel, traffic
 
 A100 = roofline.spec("a100")
 H200 = roofline.spec("h200")
@@ -80,15 +80,15 @@ def test_modeled_times_carry_their_label_and_sources():
 
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_launch_shapes_match_what_the_wrappers_launch(deterministic):
-    """geometry() against the emulator's record of every launch: odd sizes, Nq != Nk, causal."""
-    B, H, Nq, Nk, d = 2, 3, 37, 53, 32
+    """geometry() against the emulator's record of every launch of all three methods: odd sizes,
+    Nq != Nk, causal, a head dim padded to its tile head dim (d = 40 runs on Dt = 64)."""
+    B, H, Nq, Nk, d = 2, 3, 37, 53, 40
     q, k, v, dO = kernels.random_inputs(B, H, Nq, d, Nk=Nk)
     with emu.settings(mode="fast", race_check=False), emu.record() as rec:
-        _, s = kernels.flash_forward(q, k, v, causal=True)
-        kernels.flash_backward(dO, q, k, v, s, deterministic=deterministic)
-        _, s = kernels.naive_forward(q, k, v, causal=True)
-        kernels.naive_backward(dO, q, k, v, s)
-    assert len(rec.launches) == (4 if deterministic else 3) + 8
+        for method in kernels.METHODS:
+            _, s = kernels.forward(method, q, k, v, causal=True)
+            kernels.backward(method, dO, q, k, v, s, deterministic)
+    assert len(rec.launches) == 8 + 2 * (4 if deterministic else 3)
     for x in rec.launches:
         blocks, threads = occupancy.geometry(x.kernel, B, H, Nq, Nk, d)
         assert (blocks, blocks * threads) == (x.blocks, x.threads), x.kernel
@@ -99,17 +99,14 @@ def test_launch_shapes_match_what_the_wrappers_launch(deterministic):
 @pytest.mark.skipif(not HAVE_COMPILER, reason="no CUDA compiler (NVRTC or nvcc) on this machine")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_compiler_report_agrees_with_the_tile_table(arch):
-    """ptxas' static shared memory equals the table's formula for every kernel but the
-    deterministic dQ kernel, where the table gives the larger dK/dV kernel's (an upper bound)."""
+    """ptxas' static shared memory equals the tile table's formula for every kernel variant the
+    wrappers launch at two tile head dims (flash and stored, both dQ modes), and for the
+    extern "C" kernels; registers are what ptxas reports (1..255)."""
     for name in ("attn_flash_fwd.cu", "attn_flash_bwd.cu"):
-        for kernel in kernels.table.instantiations(name):
+        for kernel in kernels.table.instantiations(name, tile_dims=(16, 64)):
             r = occupancy.resources(kernel, arch)
             assert r.source.startswith("ptxas") and 0 < r.registers <= 255
-            table = occupancy.table_shared_bytes(kernel)
-            if "_dq<" in kernel:
-                assert r.smem <= table, kernel
-            else:
-                assert r.smem == table, kernel
+            assert r.smem == occupancy.table_shared_bytes(kernel), kernel
     for kernel in ("attn_naive_scores", "attn_naive_softmax", "attn_naive_bwd_ds",
                    "attn_flash_bwd_preprocess"):
         assert occupancy.resources(kernel, arch).smem == occupancy.table_shared_bytes(kernel)
@@ -125,10 +122,11 @@ def test_without_a_compiler_it_falls_back_and_says_so(monkeypatch):
     occupancy.resources.cache_clear()
     occupancy._compiled.cache_clear()
     try:
-        r = occupancy.resources("attn_flash_fwd<64, 64, 32>", "sm_80")
+        r = occupancy.resources("attn_flash_fwd<64, 64, 32, false>", "sm_80")
         assert r.registers is None and r.smem == kernels.flash_fwd_shared_bytes(64, 64, 32)
         assert r.source == occupancy.NO_COMPILER and "shared memory and threads" in r.source
-        t = timemodel.launch_time("attn_flash_fwd<64, 64, 32>", 16, 512, 1e9, 1e6, "a100")
+        t = timemodel.launch_time("attn_flash_fwd<64, 64, 32, false>", 16, 512, 1e9, 1e6,
+                                  "a100")
         assert t.resident == 3 and t.limiter == "shared memory"  # 167936 // 42624
         assert t.resources == occupancy.NO_COMPILER
     finally:
@@ -146,3 +144,89 @@ def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="no file"):
         occupancy.resources("attn_nosuch", "sm_80")
     assert math.isclose(timemodel.LAUNCH_S, 3e-6)
+
+
+def test_launch_bytes_bracket_and_scale():
+    """Per launch, unique <= counted for every method (an atomicAdd counts as a read-modify-
+    write in both: 8 bytes an operation with no cache), and 16-bit elements halve every argument
+    but L, D and the atomics. By hand, flash's forward at N = 64, d = 64 (one Q tile, so K and V
+    are read once): Q, K, V, O 64 x 64 floats each and L 64 floats = 4 x 16384 + 256 bytes; at
+    2 bytes an element 4 x 8192 + 256."""
+    for method in timemodel.CHAIN:
+        for kt in traffic.launches(method, 1, 2, 32, 48, 64, causal=True):
+            b = timemodel.launch_bytes(kt)
+            assert b["unique"] <= b["counted"], kt.kernel
+            assert b["counted"] == kt.bytes + kt.atomic_bytes and b["unique"] == kt.unique_bytes
+    (fwd,) = traffic.forward_traffic("flash", 1, 1, 64, 64, 64)
+    assert timemodel.launch_bytes(fwd) == {"counted": 4 * 16384 + 256, "unique": 4 * 16384 + 256}
+    assert timemodel.launch_bytes(fwd, "bf16") == {"counted": 4 * 8192 + 256,
+                                                   "unique": 4 * 8192 + 256}
+    with pytest.raises(ValueError, match="dtype"):
+        timemodel.launch_bytes(fwd, "fp8")
+
+
+def test_a_real_launch_by_hand():
+    """attn_naive_scores at N = 64, d = 64 on an A100: 16 blocks of 256 threads; 8 resident per
+    SM (2048 threads / 256; its <= 32 registers allow 8 too), slots 108 x 8 = 864, one wave,
+    each block at 1/864 of the GPU. FLOPs 2 x 64^3 = 524288; counted bytes: Q and K read 4 times
+    each (64 x 64 floats, once per tile column/row) and S written once: 147456. Memory wins:
+    864/16 x 147456 / 2.039e12 = 3.905 us, plus the 3 us launch."""
+    t = timemodel.method_time("naive", 1, 1, 64, 64, 64, "a100").launches["counted"][0]
+    assert (t.kernel, t.blocks, t.threads, t.resident, t.slots, t.waves) == (
+        "attn_naive_scores", 16, 256, 8, 864, 1)
+    assert (t.flops, t.bytes, t.bound) == (524288, 147456, "memory")
+    assert t.compute_s == pytest.approx(54 * 524288 / 19.5e12, rel=1e-12)
+    assert t.seconds == pytest.approx(3e-6 + 54 * 147456 / 2.039e12, rel=1e-12)
+
+
+@pytest.mark.gpu
+def test_resources_and_occupancy_agree_with_the_driver():
+    """On the GPU: the registers and shared memory the model reads from ptxas are what the
+    loaded kernels report, and resident_blocks equals the driver's own occupancy calculator
+    (cuOccupancyMaxActiveBlocksPerMultiprocessor) for the fused kernels at d = 64 and 128."""
+    from ckptlab import device
+    from ckptlab.kernels import table
+
+    cp = device.xp("cuda")
+    gpu = roofline.current_gpu()
+    if gpu is None:
+        pytest.skip("this GPU is not in roofline.SPECS: no arch or SM count to model it with")
+    spec = roofline.spec(gpu)
+    with device.use("cuda"):
+        for d in (64, 128):
+            for filename, name in [
+                ("attn_flash_fwd.cu", table.fwd_name(d, *table.fwd_tiles(d), False)),
+                ("attn_flash_bwd.cu", table.dkdv_name(d, *table.bwd_tiles(d), False, False)),
+                ("attn_flash_bwd.cu", table.dkdv_name(d, *table.bwd_tiles(d), False, True)),
+            ]:
+                fn = device.load(filename, name_expressions=(name,)).get_function(name)
+                res = occupancy.resources(name, spec["arch"])
+                assert (fn.num_regs, fn.shared_size_bytes) == (res.registers, res.smem), name
+                threads = occupancy.geometry(name, 1, 1, 1024, 1024, d)[1]
+                driver = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+                    fn.ptr, threads, 0)
+                assert occupancy.resident_blocks(threads, res, spec)[0] == driver, name
+
+
+def test_the_output_says_where_resources_come_from(monkeypatch):
+    """bench attention's note names the compiler's report, or says there was none."""
+    from ckptlab.cli import bench_attention
+
+    rows = bench_attention.sweep([32], B=1, H=1, d=16, progress=False, counted=False)
+    note = bench_attention.model_note(rows)
+    assert "registers and shared memory: " in note
+    assert ("ptxas" in note) == HAVE_COMPILER
+
+    def missing(*args, **kwargs):
+        raise nvrtc.CompilerNotFound("no CUDA compiler here (test)")
+
+    monkeypatch.setattr(nvrtc, "compile_file", missing)
+    monkeypatch.setattr(occupancy.build, "cache_dir", lambda: __import__("pathlib").Path(
+        "/nonexistent-ckptlab-cache"))
+    occupancy.resources.cache_clear()
+    occupancy._compiled.cache_clear()
+    try:
+        assert occupancy.NO_COMPILER in bench_attention.model_note(rows)
+    finally:
+        occupancy.resources.cache_clear()
+        occupancy._compiled.cache_clear()

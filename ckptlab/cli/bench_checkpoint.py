@@ -3,16 +3,18 @@ backward) per measurement.
 
 Per schedule: the predicted and the measured peak of saved-activation bytes (the ledger, exact),
 the allocator's peak (tracemalloc / CuPy pool: gradients and temporaries too), the step time
-(median of repeats interleaved with the references), model and hardware FLOPs (hardware = model
-+ recompute) and achieved FLOP/s. Two
+(median and interquartile range of repeats interleaved with the references, BLAS limited to one
+thread in-process), model and hardware FLOPs (hardware = model + recompute) and achieved
+FLOP/s. A warning names the rows whose time ranges overlap: their order is not resolved. Two
 references: the same NumPy work written by hand without the engine (hand_step: forward and
 backward, no checkpointing), for the engine's overhead; and PyTorch with torch.utils.checkpoint
 on the same model and plan (CPU, reentrant), its saved tensors counted through
-saved_tensors_hooks the same way.
+saved_tensors_hooks the same way (ckptlab.torch.ledger.TorchLedger).
 
     python -m ckptlab bench checkpoint --model mlp --layers 64 --schedule "none,sqrt,revolve(4)"
 
-On a shared machine, OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 gives steadier times.
+--png DIR draws peak memory against measured step time (with its spread) and against recompute
+FLOPs, one point per schedule.
 """
 
 from __future__ import annotations
@@ -20,19 +22,19 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-import weakref
 
 import numpy as np
 
 from ckptlab import device, engine, measure, models
 from ckptlab.cli.hand_step import hand_step
-from ckptlab.cli.report import write_csv
+from ckptlab.cli.report import check_bytes, positive_int, writable_file, write_csv
 from ckptlab.engine import Tensor
+from ckptlab.measure import plots
 from ckptlab.recompute import ledger, schedules
 from ckptlab.recompute.plan import Seg
 
 DEFAULT_SCHEDULES = ["none", "sqrt", "every(4)", "revolve(3)", "chen_greedy(25%)",
-                     "optimal(40%)", "selective(matmul)"]
+                     "optimal(40%)", "keep(matmul)"]
 
 
 def build(model: str, *, layers: int, width: int, batch: int, seq: int = 64, heads: int = 4,
@@ -50,6 +52,21 @@ def build(model: str, *, layers: int, width: int, batch: int, seq: int = 64, hea
     raise ValueError(f"model: expected 'mlp' or 'gpt', got {model!r}")
 
 
+def bytes_at_least(model: str, *, layers: int, width: int, batch: int, seq: int = 64,
+                   dtype=np.float32) -> int:
+    """A lower bound on what one step of build(...) holds, without building it: the weights
+    and their gradients (2 x the parameters) and, with no checkpointing, each block's input
+    and hidden activation (MLP: B (D + 4D); GPT: B N (C + 4C)). To refuse sizes up front."""
+    D, L = width, layers
+    if model == "mlp":
+        params = L * (2 * D * 4 * D + 4 * D + D) + 16 * D + 16
+        acts = L * batch * 5 * D
+    else:  # vocab 256, ctx seq: 12 C^2 + 13 C per block, embeddings, final layernorm, head
+        params = L * (12 * D * D + 13 * D) + (256 + seq) * D + 2 * D + 256 * D
+        acts = L * batch * seq * 5 * D
+    return np.dtype(dtype).itemsize * (2 * params + acts)
+
+
 def _engine_step(m, x, y, sched):
     def step():
         engine.manual_seed(0)
@@ -59,47 +76,6 @@ def _engine_step(m, x, y, sched):
 
 
 # ------------------------------------------------------------------------------ PyTorch twin
-
-
-class TorchLedger:
-    """Saved-tensor bytes of PyTorch's graph, counted by storage like ckptlab.recompute.ledger:
-    a pack hook acquires, the packed handle's death (when autograd frees it) releases."""
-
-    def __init__(self, params=()):
-        self.bytes, self.peak, self._held = 0, 0, {}
-        self._params = {p.untyped_storage().data_ptr() for p in params}
-
-    def pack(self, t):
-        st = t.untyped_storage()
-        key = st.data_ptr()
-        if key in self._params:  # a parameter (or a view of one): never counted
-            return t
-        entry = self._held.setdefault(key, [st.nbytes(), 0])
-        if entry[1] == 0:
-            self.bytes += entry[0]
-            self.peak = max(self.peak, self.bytes)
-        entry[1] += 1
-        handle = _Handle(t)
-        weakref.finalize(handle, self._release, key)
-        return handle
-
-    def _release(self, key):
-        entry = self._held[key]
-        entry[1] -= 1
-        if entry[1] == 0:
-            self.bytes -= entry[0]
-            del self._held[key]
-
-    @staticmethod
-    def unpack(h):
-        return h.t if isinstance(h, _Handle) else h
-
-
-class _Handle:
-    __slots__ = ("t", "__weakref__")
-
-    def __init__(self, t):
-        self.t = t
 
 
 def _torch_run(stages, plan, x):
@@ -126,7 +102,9 @@ def torch_step(m, x, y, sched, prof):
     if device.target() != "emu":
         return None, "the PyTorch twin runs on the CPU only"
     if any(isinstance(i, Seg) and i.policy for i in sched.plan):
-        return None, "selective policies need non-reentrant checkpoint: not run"
+        return None, "keep(...) needs non-reentrant checkpoint"
+    if sched.recompute_ops:
+        return None, "the twin does not recompute inside an op"
     engine.manual_seed(0)
     stages, params = models.torch_stages(m, y)
     plan = sched.full_plan(prof)
@@ -141,8 +119,10 @@ def torch_step(m, x, y, sched, prof):
             warnings.filterwarnings("ignore", "None of the inputs have requires_grad")
             _torch_run(stages, plan, inp).backward()
 
+    from ckptlab.torch.ledger import TorchLedger  # counts by storage, parameters excluded
+
     led = TorchLedger(params.values())
-    with torch.autograd.graph.saved_tensors_hooks(led.pack, led.unpack):
+    with led:
         step()
     return step, led.peak
 
@@ -162,19 +142,44 @@ def interleaved(fns: dict, repeats: int) -> dict:
 # ------------------------------------------------------------------------------ rows
 
 
+def _policies(specs):
+    """What the profile must measure for these specs: keep(...) policies, recomputed ops."""
+    policies, recompute = [], []
+    for spec in specs:
+        s = spec.replace(" ", "")
+        for word in ("keep(", "selective("):
+            if s.startswith(word) and s.endswith(")"):
+                policies.append(s[len(word):-1])
+        if s in ("recompute(attn)", "recompute(attention)"):
+            recompute = [frozenset({"attention"})]
+    return sorted(set(policies)), recompute
+
+
 def run(model: str = "mlp", layers: int = 64, schedule_specs=None, width: int = 64,
         batch: int = 512, seq: int = 64, heads: int = 4, dropout: float = 0.0,
-        dtype=np.float32, repeats: int = 5, with_torch: bool = True) -> list:
-    """One row (a plain dict) per schedule, after a "by hand" row. Times are medians of
-    `repeats` interleaved runs; step_over_hand is the median of the per-repeat ratios."""
+        dtype=np.float32, repeats: int = 7, with_torch: bool = True) -> list:
+    """One row (a plain dict) per schedule, after a "by hand" row. Times: median and quartiles
+    of `repeats` runs interleaved with the by-hand step, BLAS on one thread; step_over_hand is
+    the row's median over the by-hand median, the two numbers the table prints."""
+    with measure.blas_threads(1):
+        return _run(model, layers, schedule_specs, width, batch, seq, heads, dropout, dtype,
+                    repeats, with_torch)
+
+
+def _times(row: dict, key: str, samples) -> None:
+    row[f"{key}_s"], row[f"{key}_q1_s"], row[f"{key}_q3_s"] = measure.quartiles(samples)
+
+
+def _run(model, layers, schedule_specs, width, batch, seq, heads, dropout, dtype, repeats,
+         with_torch) -> list:
     m, x, y = build(model, layers=layers, width=width, batch=batch, seq=seq, heads=heads,
                     dropout=dropout, dtype=dtype)
     specs = list(schedule_specs or DEFAULT_SCHEDULES)
-    policies = ["matmul"] if any("selective" in s for s in specs) else []
-    prof = m.profile(x, y, policies=policies)
+    policies, recompute = _policies(specs)
+    prof = m.profile(x, y, policies=policies, recompute=recompute)
     dev = measure.time_fn(lambda: None, repeats=1, warmup=0).device
     base = {"model": model, "layers": layers, "width": width, "batch": batch, "device": dev,
-            "dtype": np.dtype(dtype).name}
+            "dtype": np.dtype(dtype).name, "repeats": repeats}
     hand_samples, rows = [], []
     for spec in specs:
         sched = schedules.make(spec, prof=prof)
@@ -190,23 +195,44 @@ def run(model: str = "mlp", layers: int = 64, schedule_specs=None, width: int = 
                "predicted_recompute_flops": pred.recompute_flops,
                "hfu_over_mfu": led.hardware_flops / led.model_flops}
         fns = {"hand": lambda: hand_step(m, x, y), "engine": step}
-        tstep, note = torch_step(m, x, y, sched, prof) if with_torch else (None, "not asked")
+        tstep, note = (torch_step(m, x, y, sched, prof) if with_torch else
+                       (None, "not asked for (--no-torch; the tour skips it to keep to a minute)"))
         if tstep is not None:
             fns["torch"], row["torch_saved_peak_bytes"] = tstep, note
         else:
             row["torch_note"] = note
         t = interleaved(fns, repeats)
         hand_samples += t["hand"]
-        row["step_s"] = float(np.median(t["engine"]))
-        row["step_over_hand"] = float(np.median(np.array(t["engine"]) / np.array(t["hand"])))
-        row["model_gflop_per_s"] = led.model_flops / row["step_s"] / 1e9
-        row["hardware_gflop_per_s"] = led.hardware_flops / row["step_s"] / 1e9
+        _times(row, "step", t["engine"])
         if "torch" in t:
-            row["torch_step_s"] = float(np.median(t["torch"]))
+            _times(row, "torch_step", t["torch"])
         rows.append(row)
-    hand = {**base, "schedule": "by hand (NumPy, no engine)", "step_s": float(np.median(
-        hand_samples))}
+    hand = {**base, "schedule": "by hand (NumPy, no engine)"}
+    _times(hand, "step", hand_samples)
+    for row in rows:
+        row["step_over_hand"] = row["step_s"] / hand["step_s"]
+        row["model_gflop_per_s"] = row["model_flops"] / row["step_s"] / 1e9
+        row["hardware_gflop_per_s"] = row["hardware_flops"] / row["step_s"] / 1e9
     return [hand] + rows
+
+
+def overlapping(rows: list[dict], key: str = "step") -> list[tuple[str, str]]:
+    """Pairs of schedules whose interquartile ranges of `key` time overlap: at this noise
+    their order by time is not resolved."""
+    timed = [r for r in rows if f"{key}_q1_s" in r and "predicted_peak_bytes" in r]
+    return [(a["schedule"], b["schedule"]) for k, a in enumerate(timed) for b in timed[k + 1:]
+            if a[f"{key}_q1_s"] <= b[f"{key}_q3_s"] and b[f"{key}_q1_s"] <= a[f"{key}_q3_s"]]
+
+
+def overlap_warning(rows: list[dict]) -> str:
+    """One line naming the overlapping pairs, or "" when every pair's ranges are apart."""
+    pairs = overlapping(rows)
+    if not pairs:
+        return ""
+    return (f"warning: {len(pairs)} pair(s) of rows have overlapping time ranges (IQR), so their "
+            "order is not resolved at this noise: " + ", ".join(f"{a} ~ {b}" for a, b in pairs)
+            + f"; rerun with more --repeats (now {rows[0].get('repeats', '?')}) on a quieter "
+            "machine")
 
 
 # ------------------------------------------------------------------------------ CLI
@@ -216,51 +242,104 @@ def _fmt_bytes(n) -> str:
     return f"{'-':>12}" if n is None else f"{n / 2**20:8.3f} MiB"
 
 
+def fmt_spread(r: dict, key: str = "step") -> str:
+    """'8.50 [8.10-9.00] ms': the median and the interquartile range, in one unit."""
+    if f"{key}_s" not in r:
+        return "-"
+    med, q1, q3 = r[f"{key}_s"], r.get(f"{key}_q1_s", r[f"{key}_s"]), r.get(f"{key}_q3_s",
+                                                                         r[f"{key}_s"])
+    scale, unit = (1.0, "s") if med >= 1 else (1e-3, "ms") if med >= 1e-3 else (1e-6, "µs")
+    digits = 0 if med / scale >= 100 else 1 if med / scale >= 10 else 2  # 3 significant
+    return f"{med / scale:.{digits}f} [{q1 / scale:.{digits}f}-{q3 / scale:.{digits}f}] {unit}"
+
+
 def table(rows) -> str:
-    head = (f"{'schedule':<26} {'predicted':>12} {'measured':>12} {'err':>6} {'allocator':>12} "
-            f"{'step':>9} {'/hand':>6} {'HW/model':>8} {'GFLOP/s':>8} {'torch step':>10} "
-            f"{'torch saved':>12}")
-    lines = [f"{rows[0]['model']} L={rows[0]['layers']} width={rows[0]['width']} "
-             f"batch={rows[0]['batch']} {rows[0]['dtype']} on {rows[0]['device']}", head]
+    """The rows as text: memory, time with its spread, FLOPs; then notes: why a PyTorch column
+    is empty, and a warning when time ranges overlap too much to order the rows."""
+    with_torch = any("torch_step_s" in r for r in rows)
+    head = (f"{'schedule':<24} {'predicted':>12} {'measured':>12} {'err':>6} {'allocator':>12} "
+            f"{'step: median [IQR]':>24} {'/hand':>6} {'HW/model':>8} {'GFLOP/s':>8}")
+    if with_torch:
+        head += f" {'torch step [IQR]':>24} {'torch saved':>12}"
+    r0 = rows[0]
+    lines = [f"{r0['model']} L={r0['layers']} width={r0['width']} batch={r0['batch']} "
+             f"{r0['dtype']} on {r0['device']}, {r0.get('repeats', '?')} repeats", head]
     for r in rows:
         if "predicted_peak_bytes" not in r:
-            lines.append(f"{r['schedule']:<26} {'':>52} {r['step_s'] * 1e3:7.1f}ms")
+            lines.append(f"{r['schedule']:<24} {'':>45} {fmt_spread(r):>24} {1.0:6.2f}")
             continue
-        ts = f"{r['torch_step_s'] * 1e3:8.1f}ms" if "torch_step_s" in r else f"{'-':>10}"
-        lines.append(
-            f"{r['schedule']:<26} {_fmt_bytes(r['predicted_peak_bytes'])} "
-            f"{_fmt_bytes(r['measured_peak_bytes'])} {r['prediction_error']:6.1%} "
-            f"{_fmt_bytes(r['allocator_peak_bytes'])} {r['step_s'] * 1e3:7.1f}ms "
-            f"{r['step_over_hand']:6.2f} {r['hfu_over_mfu']:8.3f} "
-            f"{r['model_gflop_per_s']:8.2f} {ts} {_fmt_bytes(r.get('torch_saved_peak_bytes'))}")
+        line = (f"{r['schedule']:<24} {_fmt_bytes(r['predicted_peak_bytes'])} "
+                f"{_fmt_bytes(r['measured_peak_bytes'])} {r['prediction_error']:6.1%} "
+                f"{_fmt_bytes(r['allocator_peak_bytes'])} {fmt_spread(r):>24} "
+                f"{r['step_over_hand']:6.2f} {r['hfu_over_mfu']:8.3f} "
+                f"{r['model_gflop_per_s']:8.2f}")
+        if with_torch:
+            line += (f" {fmt_spread(r, 'torch_step'):>24} "
+                     f"{_fmt_bytes(r.get('torch_saved_peak_bytes'))}")
+        lines.append(line)
     lines.append("peaks: saved-activation bytes (ledger; torch: saved_tensors_hooks), allocator: "
-                 "tracemalloc/CuPy pool; times: medians of interleaved repeats; /hand: median "
-                 "per-repeat ratio; GFLOP/s: model FLOPs")
+                 "tracemalloc/CuPy pool; step: median [25th-75th percentile] of interleaved "
+                 "repeats; /hand: step median / by-hand median; GFLOP/s: model FLOPs")
+    lines += torch_notes(rows, with_torch)
+    if r0["model"] == "mlp" and any(r["schedule"].startswith("keep(") for r in rows):
+        lines.append("keep(matmul) on this ReLU MLP holds more than none: it keeps both matmul "
+                     "outputs, the first the size of ReLU's output (which none keeps instead), "
+                     "the second one none never keeps; and its recompute makes ReLU's output "
+                     "again on top")
+    warning = overlap_warning(rows)
+    if warning:
+        lines.append(warning)
     return "\n".join(lines)
+
+
+def torch_notes(rows: list[dict], with_torch: bool) -> list[str]:
+    """Why the PyTorch twin has no number: one line per reason, naming the rows."""
+    reasons = {}
+    for r in rows:
+        if "torch_note" in r:
+            reasons.setdefault(r["torch_note"], []).append(r["schedule"])
+    if not reasons:
+        return []
+    if not with_torch:
+        return ["PyTorch twin (torch step, torch saved) not run: " + "; ".join(reasons)]
+    return [f"torch '-' for {', '.join(names)}: {why}" for why, names in reasons.items()]
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ckptlab bench checkpoint", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", choices=["mlp", "gpt"], default="mlp")
-    p.add_argument("--layers", type=int, default=None, help="blocks L (mlp: 64, gpt: 8)")
+    p.add_argument("--layers", type=positive_int, default=None,
+                   help="blocks L (mlp: 64, gpt: 8)")
     p.add_argument("--schedule", default=",".join(DEFAULT_SCHEDULES),
                    help="comma-separated specs, e.g. none,sqrt,every(4),revolve(3),"
-                        "optimal(40%%),chen_greedy(25%%),selective(matmul)")
-    p.add_argument("--width", type=int, default=64, help="D (default 64)")
-    p.add_argument("--batch", type=int, default=None, help="B (mlp: 512, gpt: 16)")
-    p.add_argument("--seq", type=int, default=64, help="gpt: tokens per sequence")
-    p.add_argument("--heads", type=int, default=4, help="gpt: attention heads")
-    p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--repeats", type=int, default=5)
+                        "optimal(40%%),chen_greedy(25%%),keep(matmul),recompute(attn)")
+    p.add_argument("--width", type=positive_int, default=64, help="D (default 64)")
+    p.add_argument("--batch", type=positive_int, default=None, help="B (mlp: 512, gpt: 16)")
+    p.add_argument("--seq", type=positive_int, default=64, help="gpt: tokens per sequence")
+    p.add_argument("--heads", type=positive_int, default=4, help="gpt: attention heads")
+    p.add_argument("--dropout", type=float, default=0.0, help="in [0, 1)")
+    p.add_argument("--repeats", type=positive_int, default=7,
+                   help="interleaved timed runs (default 7)")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch twin")
     p.add_argument("--csv", metavar="FILE", help="also write the rows as CSV ('-': stdout)")
+    p.add_argument("--png", metavar="DIR", help="also draw peak memory against step time and "
+                   "against recompute FLOPs into DIR")
     a = p.parse_args(argv)
     layers = a.layers if a.layers is not None else (64 if a.model == "mlp" else 8)
-    batch = a.batch or (512 if a.model == "mlp" else 16)
-    if layers < 1 or a.repeats < 1 or a.width < 1 or batch < 1:
-        p.error("--layers, --repeats, --width and --batch must be >= 1")
-    specs = [s.strip() for s in a.schedule.split(",") if s.strip()]
+    batch = a.batch if a.batch is not None else (512 if a.model == "mlp" else 16)
+    specs = [s.strip() for s in a.schedule.split(",")]
+    if not all(specs):
+        p.error(f"--schedule {a.schedule!r}: expected comma-separated schedules, e.g. none,sqrt")
+    if not 0.0 <= a.dropout < 1.0:
+        p.error(f"--dropout must be in [0, 1), got {a.dropout}")
+    if a.model == "gpt" and a.width % a.heads:
+        p.error(f"--width {a.width} must be divisible by --heads {a.heads}")
+    if a.csv:
+        writable_file(a.csv)
+    check_bytes(bytes_at_least(a.model, layers=layers, width=a.width, batch=batch, seq=a.seq),
+                f"one step of the {a.model} at L={layers} width={a.width} batch={batch}",
+                hint="choose a smaller --batch, --width or --layers")
     try:
         rows = run(a.model, layers, specs, width=a.width, batch=batch, seq=a.seq,
                    heads=a.heads, dropout=a.dropout, repeats=a.repeats,
@@ -271,4 +350,25 @@ def main(argv=None) -> int:
     print(table(rows), file=out)
     if a.csv:
         write_csv(rows, a.csv)
+    for path in figures(rows, a.png) if a.png else ():
+        print(f"wrote {path}", file=out)
     return 0
+
+
+def figures(rows: list[dict], folder) -> list:
+    """Peak memory (the ledger's) against measured step time, with its IQR, and against
+    recompute FLOPs: one point per schedule. Returns the PNG paths."""
+    from pathlib import Path
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    sched = [r for r in rows if "measured_peak_bytes" in r]
+    paths = [out / "checkpoint_memory_vs_time.png", out / "checkpoint_pareto.png"]
+    plots.plot_memory_vs_time(
+        [dict(name=r["schedule"], peak_bytes=r["measured_peak_bytes"], seconds=r["step_s"],
+              q1_s=r["step_q1_s"], q3_s=r["step_q3_s"]) for r in sched],
+        device=rows[0]["device"], path=paths[0])
+    plots.plot_pareto([dict(name=r["schedule"], peak_bytes=r["measured_peak_bytes"],
+                            recompute_flops=r["hardware_flops"] - r["model_flops"])
+                       for r in sched], path=paths[1])
+    return paths

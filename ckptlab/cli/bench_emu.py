@@ -11,6 +11,11 @@ once), and reports the median over repeats:
 Modes: "fast" (plain build), "counted" (memory hooks: bytes per argument, bounds), and
 "counted+race" (also the race check, the default in tests). Timings on a shared machine vary:
 the load average (/proc/loadavg) is printed with them; compare runs made under the same load.
+
+A second table runs the same product on tensor cores, kernels/wmma_gemm.cu<__nv_bfloat16>
+(the same 16 x 16 tiles, one warp a tile: 8,192 threads), next to the fp32 SGEMM, per mode:
+
+    MFLOP/s    = 2 M N K / wall seconds of the launch (emulated FLOPs per second of CPU time)
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ import sys
 import numpy as np
 
 from ckptlab import device, emu
-from ckptlab.cli.report import write_csv
+from ckptlab.cli.report import positive_int, writable_file, write_csv
 from ckptlab.kernels.table import SGEMM_TILE as TILE
+from ckptlab.kernels.table import WMMA_TILE
 
 MODES = (("fast", False), ("counted", False), ("counted+race", True))
 
@@ -73,6 +79,53 @@ def run(size: int = 256, repeats: int = 5, workers=(1, None)) -> list[dict]:
     return rows
 
 
+WMMA = "wmma_gemm<__nv_bfloat16>"
+
+
+def run_wmma(size: int = 256, repeats: int = 5) -> list[dict]:
+    """Rows of {kernel, mode, size, median_s, mflops_per_s} for the bf16 wmma GEMM and the fp32
+    SGEMM on the same random inputs (rounded to bf16 for both), in each mode."""
+    import ml_dtypes
+
+    with device.use("emu"):
+        kernels = {"sgemm_tiled (fp32)": device.load("sgemm_tiled.cu").get_function("sgemm_tiled"),
+                   "wmma_gemm (bf16)": device.load("wmma_gemm.cu", name_expressions=(WMMA,))
+                   .get_function(WMMA)}
+    rng = np.random.default_rng(0)
+    A16 = rng.standard_normal((size, size)).astype(ml_dtypes.bfloat16)
+    B16 = rng.standard_normal((size, size)).astype(ml_dtypes.bfloat16)
+    A, B = A16.astype(np.float32), B16.astype(np.float32)
+    C = np.empty((size, size), np.float32)
+    dims = (np.int32(size), np.int32(size), np.int32(size))
+    launches = {
+        "sgemm_tiled (fp32)": (((-(-size // TILE),) * 2), (TILE, TILE), (A, B, C, *dims)),
+        "wmma_gemm (bf16)": (((-(-size // WMMA_TILE),) * 2), (32,), (A16, B16, C, *dims)),
+    }
+    rows = []
+    for label, race in MODES:
+        mode = "fast" if label == "fast" else "counted"
+        for name, f in kernels.items():
+            grid, block, args = launches[name]
+            with emu.settings(mode=mode, race_check=race):
+                f(grid, block, args)  # warm-up: builds this mode's library if needed
+                times = [f(grid, block, args).seconds for _ in range(repeats)]
+            med = statistics.median(times)
+            rows.append(dict(kernel=name, mode=label, size=size, median_s=med, min_s=min(times),
+                             max_s=max(times), mflops_per_s=2 * size**3 / med / 1e6))
+    return rows
+
+
+def format_wmma_rows(rows: list[dict]) -> str:
+    out = [f"C = A B, {rows[0]['size']}^3, on the emulator: CUDA cores (fp32) vs tensor cores "
+           "(bf16 wmma), median of repeats",
+           f"{'kernel':<20}{'mode':<14}{'median ms':>11}{'min-max ms':>15}{'MFLOP/s':>10}"]
+    for r in rows:
+        spread = f"{r['min_s'] * 1e3:.1f}-{r['max_s'] * 1e3:.1f}"
+        out.append(f"{r['kernel']:<20}{r['mode']:<14}{r['median_s'] * 1e3:>11.1f}{spread:>15}"
+                   f"{r['mflops_per_s']:>10.1f}")
+    return "\n".join(out)
+
+
 def format_rows(rows: list[dict]) -> str:
     out = [f"SGEMM {rows[0]['size']}^3 on the emulator ({rows[0]['threads']:,} threads), "
            f"median of repeats (min..max), {os.cpu_count()} CPUs, load average "
@@ -90,14 +143,14 @@ def format_rows(rows: list[dict]) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ckptlab bench emu", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--size", type=int, default=256, help="M = N = K (default 256)")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--size", type=positive_int, default=256, help="M = N = K (default 256)")
+    p.add_argument("--repeats", type=positive_int, default=5)
     p.add_argument("--workers", default=None,
                    help="comma-separated worker counts (default: 1 and one per CPU)")
     p.add_argument("--csv", metavar="FILE", help="also write the rows as CSV ('-': stdout)")
     a = p.parse_args(argv)
-    if a.size < 1 or a.repeats < 1:
-        p.error("--size and --repeats must be >= 1")
+    if a.csv:
+        writable_file(a.csv)
     workers = (1, None)
     if a.workers:
         try:
@@ -108,8 +161,11 @@ def main(argv=None) -> int:
             p.error(f"--workers: each in [1, {emu.abi.MAX_WORKERS}]")
     rows = run(a.size, a.repeats, workers)
     print(format_rows(rows))
+    wmma_rows = run_wmma(a.size, a.repeats)
+    print()
+    print(format_wmma_rows(wmma_rows))
     if a.csv:
-        write_csv(rows, a.csv)
+        write_csv(rows + wmma_rows, a.csv)
     return 0
 
 

@@ -1,9 +1,10 @@
 """Gradient checks of every attention kernel against float64 truth: `python -m ckptlab check`.
 
 What a user runs after editing a kernel. For each small, odd problem (Nq != Nk both ways, N not a
-multiple of any tile), causal and not, dropout and not, it runs naive forward/backward, the flash
-forward, and the flash backward with atomic dQ and with deterministic dQ, on the current target,
-and compares every output (O, L, dQ, dK, dV) with ckptlab.reference in float64:
+multiple of any tile, head dims that are and are not a tile head dim), causal and not, dropout and
+not, it runs the three methods on the current target: naive forward/backward, and for stored and
+flash the forward and the backward with atomic dQ and with deterministic dQ, and compares every
+output (O, L, dQ, dK, dV) with ckptlab.reference in float64:
 
     err   = ||x - truth|| / ||truth||     (relative Frobenius error)
     pass  iff err <= 1e-5                  (fp32 rounding, ~1e-7 per op, grown by N-, d-long sums)
@@ -11,7 +12,7 @@ and compares every output (O, L, dQ, dK, dV) with ckptlab.reference in float64:
                                             same math in float32 NumPy; 2^-22 is one fp32
                                             rounding, for outputs float32 NumPy gets exact)
 
-L (the logsumexp, flash only) must also be +inf on exactly the rows that see no key. The
+L (the logsumexp, stored and flash) must also be +inf on exactly the rows that see no key. Each
 deterministic backward is run twice and must be bitwise equal. Exit code 1 on any failure.
 """
 
@@ -26,17 +27,20 @@ from tqdm import tqdm
 
 from ckptlab import device, emu, kernels
 from ckptlab import reference as ref
-from ckptlab.cli.report import write_csv
+from ckptlab.cli.report import writable_file, write_csv
 from ckptlab.reference import rel_err
 
 TOL = 1e-5
 FLOOR = 2.0**-22
 OUTPUTS = ("O", "L", "dQ", "dK", "dV")
-KERNELS = ("naive", "flash (atomic dQ)", "flash (deterministic dQ)")
+FUSED = ("stored", "flash")  # the methods with an atomic and a deterministic dQ
+KERNELS = ("naive",) + tuple(f"{m} ({mode} dQ)" for m in FUSED
+                             for mode in ("atomic", "deterministic"))
 
 # (B, H, Nq, Nk, d): odd sizes, tails on every tile, Nq < Nk and Nq > Nk (causal rows that see no
-# key when Nq > Nk), every head dim across the two lists.
-SIZES = [(1, 2, 17, 33, 16), (2, 1, 100, 57, 32), (1, 1, 65, 129, 64), (1, 1, 31, 47, 128)]
+# key when Nq > Nk); head dims 16..128, one padded to its tile head dim (40 -> 64) and the largest.
+SIZES = [(1, 2, 17, 33, 16), (2, 1, 100, 57, 32), (1, 1, 65, 129, 64), (1, 1, 31, 47, 128),
+         (1, 1, 38, 21, 40), (1, 1, 19, 26, 256)]
 QUICK_SIZES = [(1, 2, 17, 33, 32)]
 DROPOUT = 0.2
 
@@ -79,20 +83,23 @@ def check_case(B, H, Nq, Nk, d, causal: bool, dropout_p: float, seed: int = 0) -
     xp = device.xp()
     qd, kd, vd, dOd = (xp.asarray(a) for a in (q, k, v, dO))
 
-    runs = {}
+    runs, bitwise = {}, {}
     O, saved = kernels.naive_forward(qd, kd, vd, **kw)
     runs[KERNELS[0]] = (O, None, kernels.naive_backward(dOd, qd, kd, vd, saved))
-    O, saved = kernels.flash_forward(qd, kd, vd, **kw)
-    L = saved.tensors["L"]
-    runs[KERNELS[1]] = (O, L, kernels.flash_backward(dOd, qd, kd, vd, saved))
-    det = kernels.flash_backward(dOd, qd, kd, vd, saved, deterministic=True)
-    runs[KERNELS[2]] = (O, L, det)
-    # bitwise run to run, whatever the block order: on the emulator, shuffle it (a GPU may)
-    order = emu.settings(block_order="shuffled") if device.target() == "emu" else nullcontext()
-    with order:
-        again = kernels.flash_backward(dOd, qd, kd, vd, saved, deterministic=True)
-    bitwise = all(np.array_equal(device.to_numpy(a), device.to_numpy(b))
-                  for a, b in zip(det, again, strict=True))
+    for method in FUSED:  # looked up by name at call time, so a patched wrapper is what runs
+        forward = getattr(kernels, f"{method}_forward")
+        backward = getattr(kernels, f"{method}_backward")
+        O, saved = forward(qd, kd, vd, **kw)
+        L = saved.tensors["L"]
+        runs[f"{method} (atomic dQ)"] = (O, L, backward(dOd, qd, kd, vd, saved))
+        det = backward(dOd, qd, kd, vd, saved, deterministic=True)
+        runs[f"{method} (deterministic dQ)"] = (O, L, det)
+        # bitwise run to run, whatever the block order: on the emulator, shuffle it (a GPU may)
+        order = emu.settings(block_order="shuffled") if device.target() == "emu" else nullcontext()
+        with order:
+            again = backward(dOd, qd, kd, vd, saved, deterministic=True)
+        bitwise[method] = all(np.array_equal(device.to_numpy(a), device.to_numpy(b))
+                              for a, b in zip(det, again, strict=True))
 
     rows = []
     for kernel, (O, L, grads) in runs.items():
@@ -107,7 +114,8 @@ def check_case(B, H, Nq, Nk, d, causal: bool, dropout_p: float, seed: int = 0) -
             err, err32, _ = results.get(name, (None, None, True))
             row[f"{name}_err"], row[f"{name}_fp32_err"] = err, err32
         failed = [name for name, r in results.items() if not r[2]]
-        if kernel == KERNELS[2] and not bitwise:
+        method = kernel.split()[0]
+        if kernel.endswith("(deterministic dQ)") and not bitwise[method]:
             failed.append("bitwise repeat")
         row["failed"] = " ".join(failed)
         row["ok"] = not failed
@@ -132,14 +140,14 @@ def _e(x) -> str:
 
 def format_table(rows: list[dict]) -> str:
     """One line per kernel and problem: each output's relative error vs float64, and a verdict."""
-    head = (f"{'kernel':<25}{'B,H,Nq,Nk,d':<17}{'causal':<7}{'drop':<5}"
+    head = (f"{'kernel':<27}{'B,H,Nq,Nk,d':<17}{'causal':<7}{'drop':<5}"
             + "".join(f"{n:>9}" for n in OUTPUTS) + "  result")
     out = [head, "-" * len(head)]
     for r in rows:
         size = f"{r['B']},{r['H']},{r['Nq']},{r['Nk']},{r['d']}"
         errs = "".join(f"{_e(r[f'{n}_err']):>9}" for n in OUTPUTS)
         verdict = "pass" if r["ok"] else f"FAIL ({r['failed']})"
-        out.append(f"{r['kernel']:<25}{size:<17}{'yes' if r['causal'] else 'no':<7}"
+        out.append(f"{r['kernel']:<27}{size:<17}{'yes' if r['causal'] else 'no':<7}"
                    f"{r['dropout_p']:<5.1f}{errs}  {verdict}")
     n_bad = sum(not r["ok"] for r in rows)
     out.append(f"{len(rows) - n_bad} of {len(rows)} passed (relative Frobenius error vs float64; "
@@ -150,9 +158,12 @@ def format_table(rows: list[dict]) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ckptlab check", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="one small problem instead of four")
+    p.add_argument("--quick", action="store_true",
+                   help=f"one small problem instead of {len(SIZES)}")
     p.add_argument("--csv", metavar="FILE", help="also write every row as CSV")
     a = p.parse_args(argv)
+    if a.csv:
+        writable_file(a.csv)
     rows = run(QUICK_SIZES if a.quick else SIZES)
     print(f"gradient checks on target {device.target()!r}")
     print(format_table(rows))

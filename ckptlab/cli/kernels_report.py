@@ -8,17 +8,20 @@ import sys
 
 from ckptlab.device import KERNELS_DIR
 from ckptlab.kernels.nvrtc import BACKENDS, CompileError, CompilerNotFound, report
+from ckptlab.kernels.table import dynamic_shared_bytes
 
 
 def format_report(rows: list[dict]) -> str:
-    """A fixed-width table: file, kernel, arch, registers, static smem, stack, spills, barriers."""
+    """A fixed-width table: file, kernel, arch, registers, static smem, the dynamic smem the
+    wrappers launch it with (tensor-core kernels), stack, spills, barriers."""
     if not rows:
         return f"no kernels: no *.cu files in {KERNELS_DIR}"
 
     def cell(v):
         return "-" if v is None else str(v)
 
-    head = ("file", "kernel", "arch", "regs", "smem B", "stack B", "spill st/ld B", "barriers")
+    head = ("file", "kernel", "arch", "regs", "smem B", "dyn smem B", "stack B", "spill st/ld B",
+            "barriers")
     table = [head]
     for r in rows:
         name = r["kernel"] if r["kind"] == "kernel" else f"{r['kernel']} (device fn)"
@@ -30,6 +33,7 @@ def format_report(rows: list[dict]) -> str:
                 cell(r["arch"]),
                 cell(r["registers"]),
                 cell(r["smem"]),
+                cell(dynamic_shared_bytes(r["kernel"]) if r["kind"] == "kernel" else None),
                 cell(r["stack"]),
                 spills,
                 cell(r["barriers"]),
@@ -67,7 +71,9 @@ def main(argv=None) -> int:
         rows = []
         for arch in args.arch or ["sm_90"]:
             rows += report(args.files or None, arch, args.backend)
-    except (CompilerNotFound, CompileError, ValueError) as e:
+    except (CompilerNotFound, ValueError) as e:  # a usage error, or no compiler: one line, 2
+        parser.error(str(e))
+    except CompileError as e:  # a kernel that does not compile: the check failed
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(format_report(rows))

@@ -3,9 +3,13 @@
     tour                 the main job: gradient checks, store-P vs recompute over N, checkpoint
                          schedules; tables printed, CSVs and PNGs written (ckptlab.cli.tour)
     check                every kernel's gradients vs float64; exit 1 on a failure (cli.check)
-    bench attention      bytes, FLOPs, memory, time per size (cli.bench_attention)
+    bench attention      naive, stored, flash: bytes, FLOPs, memory, time per size, and the
+                         fusion and recompute gains (cli.bench_attention)
     bench checkpoint     peak memory, recompute and time per schedule (cli.bench_checkpoint)
     bench emu            how fast the CPU emulator runs (cli.bench_emu)
+    bench torch          a torch GPT's step with ckptlab attention vs SDPA (cli.bench_torch)
+    bench crossing       when recompute stops paying: stored / flash over d, GPU, dtype
+                         (cli.bench_crossing)
     kernels              registers, shared memory, spills per kernel (cli.kernels_report)
     fig2                 the FlashAttention paper's Fig. 2 table (cli.fig2)
 
@@ -19,7 +23,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import sys
+from pathlib import Path
 
 from ckptlab import device
 from ckptlab.cli.report import TooBig, UsageError
@@ -34,6 +40,8 @@ BENCHES = {
     "attention": "ckptlab.cli.bench_attention",
     "checkpoint": "ckptlab.cli.bench_checkpoint",
     "emu": "ckptlab.cli.bench_emu",
+    "torch": "ckptlab.cli.bench_torch",
+    "crossing": "ckptlab.cli.bench_crossing",
 }
 PROG = "python -m ckptlab"
 
@@ -77,6 +85,43 @@ def _help() -> str:
     return __doc__.strip()
 
 
+def _bench_help() -> str:
+    """The bench lines of this module's help, and where each one's options are."""
+    lines = [line for line in __doc__.splitlines() if line.strip().startswith("bench ")]
+    return "\n".join([f"usage: {PROG} bench {{{','.join(BENCHES)}}} [options]", "", *lines, "",
+                      f"each one's options: {PROG} bench NAME --help"])
+
+
+RACE_CHECK_VALUES = ("0", "1", "false", "true", "no", "yes")
+
+
+def check_environment() -> None:
+    """Refuse a bad CKPTLAB_* variable in one line, before anything reads it (the emulator
+    reads CKPTLAB_EMU_* when it is imported; the kernels' wrappers read CKPTLAB_KERNELS)."""
+    env = os.environ
+    folder = env.get("CKPTLAB_KERNELS")
+    if folder is not None and not (Path(folder) / "common.cuh").is_file():
+        raise UsageError(f"CKPTLAB_KERNELS={folder!r} is not a folder of ckptlab kernels (no "
+                         "common.cuh in it); unset it to use the kernels/ that come with ckptlab")
+    for name, kind in (("CKPTLAB_EMU_STACK_KIB", int), ("CKPTLAB_EMU_WATCHDOG_S", float)):
+        if name in env:
+            try:
+                kind(env[name])
+            except ValueError:
+                what = "an integer" if kind is int else "a number"
+                raise UsageError(f"{name}={env[name]!r}: expected {what}") from None
+    race = env.get("CKPTLAB_EMU_RACE_CHECK")
+    if race is not None and race.strip().lower() not in RACE_CHECK_VALUES:
+        raise UsageError(f"CKPTLAB_EMU_RACE_CHECK={race!r}: expected one of "
+                         f"{', '.join(RACE_CHECK_VALUES)}")
+    try:  # the emulator's own checks of the values (ranges, modes)
+        from ckptlab.emu import config
+
+        config._from_env()
+    except ValueError as e:
+        raise UsageError(f"CKPTLAB_EMU_* in the environment: {e}") from None
+
+
 def resolve(rest: list[str]) -> tuple[str, list[str]]:
     """(module name, its argv) for the command at the front of `rest`."""
     if not rest:
@@ -99,14 +144,18 @@ def main(argv=None) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(_help())
         return 0
+    if argv[:1] == ["bench"] and argv[1:2] in (["-h"], ["--help"]):
+        print(_bench_help())
+        return 0
     try:
         with _one_line_errors():
             name, rest = split_device(argv)
+            module_name, args = resolve(rest)
+            check_environment()
             if name is not None:
                 device.use(name)
-            module_name, args = resolve(rest)
-            module = importlib.import_module(module_name)
             device.target()  # a bad CKPTLAB_DEVICE fails here, before any work
+            module = importlib.import_module(module_name)
             return int(module.main(args) or 0)
     except (UsageError, device.DeviceError, TooBig) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -15,7 +15,8 @@ BYTES = 4  # fp32
 
 
 class TooBig(ValueError):
-    """A requested size would not fit in the memory that is free; the message says by how much."""
+    """A requested size would not fit in the memory that is free (or in the launch grid); the
+    message says by how much."""
 
 
 class UsageError(Exception):
@@ -73,15 +74,15 @@ def writable_folder(path) -> Path:
 
 
 def fmt_bytes(x) -> str:
-    """Decimal units, as bandwidths are quoted (1 GB = 1e9 bytes)."""
-    for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+    """Binary units, as the figures use (1 MiB = 2^20 bytes); bandwidths stay decimal (GB/s)."""
+    for scale, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
         if x >= scale:
             return f"{x / scale:.3g} {unit}"
     return f"{x:.0f} B"
 
 
 def fmt_seconds(x) -> str:
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
         if x >= scale:
             return f"{x / scale:.3g} {unit}"
     return f"{x / 1e-9:.3g} ns"
@@ -130,20 +131,34 @@ def free_bytes(target: str) -> tuple[int, str]:
 def attention_bytes(method: str, B, H, N, d) -> int:
     """Peak bytes one attention forward + backward allocates: q, k, v, dO, O, dQ, dK, dV
     (8 x (B, H, N, d)); naive adds three N x N matrices at once (P, dP, dS in the backward;
-    S, P in the forward), flash adds L and D (B, H, N)."""
+    S, P in the forward), flash adds L and D (B, H, N), stored L, D and its N x N scores S."""
     bhnd = B * H * N * d * BYTES
     if method == "naive":
         return 8 * bhnd + 3 * B * H * N * N * BYTES
-    return 8 * bhnd + 2 * B * H * N * BYTES
+    scores = B * H * N * N * BYTES if method == "stored" else 0
+    return 8 * bhnd + 2 * B * H * N * BYTES + scores
+
+
+def check_bytes(need: int, what: str, target: str | None = None, headroom: float = 0.8,
+                hint: str = "choose smaller sizes") -> int:
+    """Raise TooBig (one line) if `need` bytes exceed `headroom` of the free memory."""
+    have, where = free_bytes(target or device.target())
+    if need > headroom * have:
+        raise TooBig(f"{what} needs ~{need / 1e9:.2f} GB but only {have / 1e9:.2f} GB of {where} "
+                     f"is free (using at most {headroom:.0%}): {hint}")
+    return need
 
 
 def check_fits(method: str, B, H, N, d, target: str | None = None,
                headroom: float = 0.8) -> int:
-    """Raise TooBig (one line) if attention_bytes exceeds `headroom` of the free memory."""
-    need = attention_bytes(method, B, H, N, d)
-    have, where = free_bytes(target or device.target())
-    if need > headroom * have:
-        raise TooBig(f"{method} attention at B={B} H={H} N={N} d={d} needs ~{need / 1e9:.2f} GB "
-                     f"but only {have / 1e9:.2f} GB of {where} is free (using at most "
-                     f"{headroom:.0%}): choose a smaller N, B or H")
-    return need
+    """Raise TooBig (one line) if attention_bytes exceeds `headroom` of the free memory, or if
+    B * H exceeds the grid dimension the kernels put it on (CUDA's 65535 for y and z)."""
+    from ckptlab.emu.abi import GRID_LIMITS  # here: importing the emulator reads CKPTLAB_EMU_*,
+    # which main() checks first, to refuse a bad value in one line
+
+    if B * H > GRID_LIMITS[1]:
+        raise TooBig(f"{method} attention at B={B} H={H}: B * H = {B * H} is over the "
+                     f"{GRID_LIMITS[1]} blocks of one grid dimension: choose a smaller B or H")
+    return check_bytes(attention_bytes(method, B, H, N, d),
+                       f"{method} attention at B={B} H={H} N={N} d={d}", target, headroom,
+                       "choose a smaller N, B or H")

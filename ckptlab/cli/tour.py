@@ -4,11 +4,13 @@ Three parts, each printed as a table and written as CSV, with the figures as PNG
 
 1. gradient checks: every kernel (naive; flash with atomic and deterministic dQ), causal and
    not, dropout and not, on a small odd problem, against float64 (ckptlab.cli.check);
-2. store-P vs recompute over a sweep of N (ckptlab.cli.bench_attention): FLOPs (model / hardware),
-   HBM bytes with their source, bytes saved for the backward, time (measured on a GPU; modeled
-   on a named GPU when on the emulator), memory ratio and speed-up;
+2. naive, stored and flash attention over a sweep of N (ckptlab.cli.bench_attention): FLOPs
+   (model / hardware), HBM bytes counted and unique, bytes saved for the backward, times modeled
+   on an A100 and an H200 (and measured on a GPU), and per N the decomposition: fusion gain
+   (naive / stored) x recompute gain (stored / flash) = naive / flash;
 3. the checkpoint schedules on a small model (ckptlab.cli.bench_checkpoint): peak saved bytes,
-   recompute FLOPs, time.
+   recompute FLOPs, step time with its spread; peak memory against step time and against
+   recompute FLOPs, and memory over one step on one clock (the work done so far).
 
 Sizes are chosen per target: on the emulator small enough to count every byte in about a
 minute; on a GPU larger, with CUDA-event times. --n/--batch/--heads override them.
@@ -23,9 +25,16 @@ from pathlib import Path
 
 from ckptlab import device, engine
 from ckptlab.cli import bench_attention, bench_checkpoint, check
-from ckptlab.cli.report import TooBig, check_fits, int_list, write_csv
+from ckptlab.cli.report import (
+    TooBig,
+    check_fits,
+    int_list,
+    positive_int,
+    writable_folder,
+    write_csv,
+)
 from ckptlab.engine import Tensor
-from ckptlab.measure import plots, roofline, traffic
+from ckptlab.measure import plots, roofline, timemodel
 from ckptlab.recompute import ledger, schedules
 
 # per target: the sweep of N and the (B, H, d) of every run. Emulator: every byte counted; N=1024
@@ -49,7 +58,7 @@ def fitting(ns, B, H, d) -> tuple[list, list]:
     keep, dropped = [], []
     for n in ns:
         try:
-            for impl in ("naive", "flash"):
+            for impl in bench_attention.IMPLS:
                 check_fits(impl, B, H, n, d)
             keep.append(n)
         except TooBig as e:
@@ -58,16 +67,16 @@ def fitting(ns, B, H, d) -> tuple[list, list]:
 
 
 def part_sweep(ns, B, H, d, repeats: int) -> list[dict]:
-    """Part 2: naive and flash forward + backward at every N."""
-    return bench_attention.sweep(ns, ("naive", "flash"), B=B, H=H, d=d, repeats=repeats)
+    """Part 2: naive, stored and flash forward + backward at every N."""
+    return bench_attention.sweep(ns, bench_attention.IMPLS, B=B, H=H, d=d, repeats=repeats)
 
 
-# Part 3: an 8-block GPT (width 64, batch 8): every schedule in ~6 s on 2 cores. A transformer,
-# not the MLP, because selective recompute only pays where cheap ops hold big activations (in a
-# ReLU MLP the matmul outputs it keeps are extra). Quick: a 4-block MLP.
-CKPT = dict(model="gpt", layers=8, width=64, batch=8, repeats=3,
+# Part 3: an 8-block GPT (width 64, batch 8): every schedule, 7 interleaved repeats, in ~10 s on
+# 2 cores. A transformer, not the MLP, because keeping matmul outputs only pays where cheap ops
+# hold big activations (in a ReLU MLP the matmul outputs it keeps are extra). Quick: an MLP.
+CKPT = dict(model="gpt", layers=8, width=64, batch=8, repeats=7,
             schedules=["none", "sqrt", "every(2)", "revolve(2)", "chen_greedy(25%)",
-                       "optimal(40%)", "selective(matmul)"])
+                       "optimal(40%)", "keep(matmul)", "recompute(attn)"])
 CKPT_QUICK = dict(model="mlp", layers=4, width=16, batch=8, repeats=1,
                   schedules=["none", "sqrt", "revolve(1)"])
 TRACED = ("none", "sqrt", "revolve(2)")  # schedules drawn in the memory-over-time figure
@@ -82,11 +91,12 @@ def part_checkpoint(c: dict) -> list[dict]:
 
 def memory_traces(c: dict) -> tuple[dict, list]:
     """Saved bytes after every acquire/release of one training step (the ledger's timeline), per
-    traced schedule; and the first one's (start, end, phase) spans."""
+    traced schedule; the hardware FLOPs done at each (one clock for all); and the first one's
+    (start, end, phase) spans."""
     m, x, y = bench_checkpoint.build(c["model"], layers=c["layers"], width=c["width"],
                                      batch=c["batch"])
     prof = m.profile(x, y)
-    traces, spans = {}, None
+    traces, clocks, spans = {}, {}, None
     for spec in [s for s in c["schedules"] if s in TRACED]:
         sched = schedules.make(spec, prof=prof)
         engine.manual_seed(0)
@@ -94,21 +104,18 @@ def memory_traces(c: dict) -> tuple[dict, list]:
         with ledger.record() as led:
             m.loss(Tensor(x), y, schedule=sched).backward()
         values, phases = led.timeline()
-        traces[sched.name] = values
+        traces[sched.name], clocks[sched.name] = values, led.flops_clock()
         spans = phases if spans is None else spans
-    return traces, spans
+    return traces, clocks, spans
 
 
 def checkpoint_figures(rows: list[dict], c: dict, out: Path) -> list[Path]:
-    """The memory-over-time trace and the peak-memory vs recompute-FLOPs Pareto plot."""
-    paths = [out / "checkpoint_memory_trace.png", out / "checkpoint_pareto.png"]
-    traces, spans = memory_traces(c)
-    plots.plot_memory_trace(traces, spans, path=paths[0])
-    points = [dict(name=r["schedule"], peak_bytes=r["measured_peak_bytes"],
-                   recompute_flops=r["hardware_flops"] - r["model_flops"])
-              for r in rows if "measured_peak_bytes" in r]
-    plots.plot_pareto(points, path=paths[1])
-    return paths
+    """Memory over one step (every schedule on the same FLOP clock); peak memory against the
+    measured step time (with its IQR) and against recompute FLOPs (bench_checkpoint.figures)."""
+    traces, clocks, spans = memory_traces(c)
+    trace = out / "checkpoint_memory_trace.png"
+    plots.plot_memory_trace(traces, spans, clocks=clocks, path=trace)
+    return [trace, *bench_checkpoint.figures(rows, out)]
 
 
 # ---------------------------------------------------------------- figures
@@ -116,21 +123,18 @@ def checkpoint_figures(rows: list[dict], c: dict, out: Path) -> list[Path]:
 
 def roofline_points(rows: list[dict]) -> list[dict]:
     """Each method's forward + backward at the largest N on the roofline, at its modeled FLOPs
-    and bytes (hollow marker: on the roof). One point per method, not per kernel: the naive
-    matmuls share one intensity and their labels would sit on each other, and the softmax
-    kernels have no matmul FLOPs (intensity 0: off a log axis); their bytes still count here.
-    On a GPU each method is placed again at its measured time (filled marker)."""
+    and counted bytes (hollow marker: on the roof). One point per method, not per kernel: the
+    naive matmuls share one intensity and their labels would sit on each other, and the
+    row-wise kernels have no matmul FLOPs (intensity 0: off a log axis); their bytes still count
+    here. On a GPU each method is placed again at its measured time (filled marker)."""
     big = max(r["N"] for r in rows)
     points = []
     for r in (r for r in rows if r["N"] == big):
-        launches = traffic.launches(r["impl"], r["B"], r["H"], r["N"], r["N"], r["d"],
-                                    r["causal"])
-        t = traffic.totals(launches)
-        points.append(dict(name=f"{r['impl']} ({len(launches)} kernels)", flops=t["flops"],
-                           bytes=t["bytes"]))
+        points.append(dict(name=f"{r['impl']} ({r['launches']} kernels)",
+                           flops=r["hardware_flops"], bytes=r["modeled_counted_bytes"]))
         if r["target"] == "cuda":
             points.append(dict(name=f"{r['impl']}, measured", flops=r["hardware_flops"],
-                               bytes=r["hbm_bytes"], seconds=r["time_s"]))
+                               bytes=r["counted_bytes"], seconds=r["time_s"]))
     return points
 
 
@@ -138,51 +142,68 @@ def roofline_title(points: list[dict], spec_name: str, n: int) -> str:
     ridge = roofline.ridge_point(spec_name, "fp32")
     memory = [p["name"].split(" (")[0] for p in points
               if "measured" not in p["name"] and p["flops"] / p["bytes"] < ridge]
-    return (f"at N={n}, memory-bound on {spec_name} (fp32 ridge {ridge:.3g} FLOP/byte): "
-            + (", ".join(memory) if memory else "none"))
+    return (f"at N={n}, counted bytes: memory-bound on {spec_name} (fp32 ridge {ridge:.3g} "
+            "FLOP/byte): " + (", ".join(memory) if memory else "none"))
 
 
 def attention_figures(rows: list[dict], out: Path) -> list[Path]:
-    """Memory, time and HBM bytes against N, and the roofline; returns the PNG paths."""
+    """Memory, time and HBM bytes against N, the roofline, and memory against speed; returns
+    the PNG paths."""
     ns = sorted({r["N"] for r in rows})
-    by = {impl: [r for r in rows if r["impl"] == impl] for impl in ("naive", "flash")}
+    by = {impl: [r for r in rows if r["impl"] == impl] for impl in bench_attention.IMPLS}
     r0 = rows[0]
-    where = (f"{r0['modeled_device']} (modeled)" if r0["target"] == "emu"
-             else r0["time_source"].split(";")[0].removeprefix("measured (") + " (measured)")
+    gpu = r0["modeled_gpus"].split(",")[0]
+    g = timemodel.short_name(gpu)
     paths = [out / "attention_memory_vs_n.png", out / "attention_time_vs_n.png",
-             out / "attention_hbm_bytes_vs_n.png", out / "attention_roofline.png"]
-    plots.plot_memory_vs_n(ns, {"naive (P)": [r["saved_bytes"] for r in by["naive"]],
-                                "flash (O, L)": [r["saved_bytes"] for r in by["flash"]]},
+             out / "attention_roofline.png", out / "attention_memory_vs_speed.png"]
+    held = {"naive": "naive (P)", "stored": "stored (P's tiles, L)", "flash": "flash (O, L)"}
+    plots.plot_memory_vs_n(ns, {held[m]: [r["saved_bytes"] for r in by[m]] for m in by},
                            what="memory held for backward", path=paths[0])
-    plots.plot_time_vs_n(ns, {impl: [r["time_s"] for r in by[impl]] for impl in by},
-                         device=where, path=paths[1])
-    plots.plot_bytes_vs_n(ns, bench_attention.bytes_by_source(rows), path=paths[2])
+    if r0["target"] == "cuda":
+        where = r0["time_source"].split(";")[0].removeprefix("measured (") + " (measured)"
+        plots.plot_time_vs_n(ns, {m: [r["time_s"] for r in by[m]] for m in by}, device=where,
+                             path=paths[1])
+    else:
+        n_full = timemodel.fills_waves_from(r0["B"], r0["H"], r0["d"], gpu)
+        plots.plot_time_vs_n(
+            ns, {m: [r[f"{g}_hi_s"] for r in by[m]] for m in by}, path=paths[1],
+            title=f"MODELED on {gpu} (launch cost + waves x roofline, counted bytes: the upper "
+                  f"bound), not measured; at B={r0['B']} H={r0['H']} the model means something "
+                  f"from N >= {n_full}, where every launch fills a wave")
     points = roofline_points(rows)
-    plots.plot_roofline(points, r0["modeled_device"], path=paths[3],
-                        title=roofline_title(points, r0["modeled_device"], ns[-1]))
-    return paths
+    plots.plot_roofline(points, gpu, path=paths[2], title=roofline_title(points, gpu, ns[-1]))
+    return paths[:3] + bench_attention.figures(rows, paths[3])
 
 
 def sweep_notes(rows: list[dict]) -> str:
     """What the sweep shows, in numbers taken from it (largest N)."""
     big = max(r["N"] for r in rows)
-    n, f = (next(r for r in rows if r["N"] == big and r["impl"] == m) for m in ("naive", "flash"))
-    spec = roofline.spec(n["modeled_device"])
-    ridge = roofline.ridge_point(spec, "fp32")
-    i_n = n["hardware_flops"] / n["hbm_bytes"]
-    i_f = f["hardware_flops"] / f["hbm_bytes"]
-    counted = all(r["hbm_bytes"] == r["modeled_bytes"] for r in rows)
+    n, s, f = (next(r for r in rows if r["N"] == big and r["impl"] == m)
+               for m in bench_attention.IMPLS)
+    gpu = n["modeled_gpus"].split(",")[0]
+    g = timemodel.short_name(gpu)
+    ridge = roofline.ridge_point(gpu, "fp32")
     lines = [
-        f"at N={big}: flash does {f['hardware_flops'] / n['hardware_flops']:.2f}x the FLOPs "
-        f"(recompute: {f['recompute_flops'] / 1e6:.1f} MFLOP) "
-        f"and moves {n['hbm_bytes'] / f['hbm_bytes']:.1f}x fewer bytes; it keeps "
-        f"{f['memory_ratio']:.1f}x less for the backward and is {f['speedup']:.2f}x faster",
-        f"arithmetic intensity (FLOP/byte): naive {i_n:.2f}, flash {i_f:.2f}; the "
-        f"{spec['name']} fp32 ridge is {ridge:.2f}",
+        f"at N={big}: fusion (naive -> stored) cuts counted bytes "
+        f"{n['counted_bytes'] / s['counted_bytes']:.1f}x with P still stored; recompute "
+        f"(stored -> flash) cuts them {s['counted_bytes'] / f['counted_bytes']:.2f}x more and the "
+        f"saved bytes {s['saved_bytes'] / f['saved_bytes']:.1f}x, for "
+        f"{f['recompute_flops'] / 1e6:.1f} MFLOP of recompute "
+        f"({f['hardware_flops'] / s['hardware_flops']:.2f}x stored's FLOPs)",
+        f"arithmetic intensity (FLOP per counted byte): naive "
+        f"{n['hardware_flops'] / n['counted_bytes']:.2f}, stored "
+        f"{s['hardware_flops'] / s['counted_bytes']:.2f}, flash "
+        f"{f['hardware_flops'] / f['counted_bytes']:.2f}; the {gpu} fp32 ridge is {ridge:.2f}",
+        f"recompute gain in time (stored / flash), modeled on {g}: "
+        f"{s[f'{g}_lo_s'] / f[f'{g}_lo_s']:.2f} (unique bytes) to "
+        f"{s[f'{g}_hi_s'] / f[f'{g}_hi_s']:.2f} (counted); where it crosses 1: "
+        "`python -m ckptlab bench crossing`",
     ]
     if rows[0]["target"] == "emu":
-        lines.append("counted bytes == modeled bytes (ckptlab.measure.traffic) on every row: "
-                     + ("yes" if counted else "NO"))
+        ok = all(r["counted_bytes"] == r["modeled_counted_bytes"]
+                 and r["unique_bytes"] == r["modeled_unique_bytes"] for r in rows)
+        lines.append("counted and unique bytes == their models (ckptlab.measure.traffic) on "
+                     "every row: " + ("yes" if ok else "NO"))
     return "\n".join(lines)
 
 
@@ -196,21 +217,21 @@ def main(argv=None) -> int:
                    "./ckptlab-results)")
     p.add_argument("--quick", action="store_true", help="tiny sizes (seconds): for tests")
     p.add_argument("--n", type=int_list, help="sweep of N, e.g. 64,128,256")
-    p.add_argument("--batch", type=int, help="B of the sweep")
-    p.add_argument("--heads", type=int, help="H of the sweep")
-    p.add_argument("--repeats", type=int, default=20, help="timed repeats on a GPU")
+    p.add_argument("--batch", type=positive_int, help="B of the sweep")
+    p.add_argument("--heads", type=positive_int, help="H of the sweep")
+    p.add_argument("--repeats", type=positive_int, default=20, help="timed repeats on a GPU")
     a = p.parse_args(argv)
     target = device.target()
     size = dict(SIZES["quick" if a.quick else target])
     for key, value in (("ns", a.n), ("B", a.batch), ("H", a.heads)):
         if value is not None:
             size[key] = value
-    if size["B"] < 1 or size["H"] < 1 or a.repeats < 1:
-        p.error("--batch, --heads and --repeats must be >= 1")
     if len(size["ns"]) < 2:
         p.error("--n needs at least two sizes (slopes are fitted)")
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+    ns, dropped = fitting(size["ns"], size["B"], size["H"], size["d"])  # before any work
+    if len(ns) < 2:
+        p.error(f"fewer than two sizes of the sweep fit: {dropped[0]}")
+    out = writable_folder(a.out)
     t0 = time.perf_counter()
     written = []
 
@@ -221,17 +242,16 @@ def main(argv=None) -> int:
     write_csv(checks, out / "tour_checks.csv")
     written.append(out / "tour_checks.csv")
 
-    print("\n-- 2. store P (naive) vs recompute P (flash), forward + backward --")
-    ns, dropped = fitting(size["ns"], size["B"], size["H"], size["d"])
+    print("\n-- 2. naive -> stored -> flash: what fusion buys, then what recompute buys --")
     for reason in dropped:
         print(f"skipped: {reason}")
-    if len(ns) < 2:
-        p.error("fewer than two sizes of the sweep fit in memory")
     rows = part_sweep(ns, size["B"], size["H"], size["d"], a.repeats)
     print(bench_attention.format_table(rows))
     print(sweep_notes(rows))
     write_csv(rows, out / "tour_attention.csv")
-    written += [out / "tour_attention.csv", *attention_figures(rows, out)]
+    write_csv(bench_attention.decompose(rows), out / "tour_decomposition.csv")
+    written += [out / "tour_attention.csv", out / "tour_decomposition.csv",
+                *attention_figures(rows, out)]
 
     c = CKPT_QUICK if a.quick else CKPT
     print(f"\n-- 3. checkpoint schedules on a small model ({c['model']}, {c['layers']} blocks) --")
@@ -244,7 +264,8 @@ def main(argv=None) -> int:
     for path in written:
         print(f"  {path}")
     ok = all(r["ok"] for r in checks) and all(
-        r["hbm_bytes"] == r["modeled_bytes"] for r in rows if r["hbm_source"] == "counted")
+        r["counted_bytes"] == r["modeled_counted_bytes"] for r in rows
+        if r["bytes_source"] == "counted")
     return 0 if ok else 1
 
 
@@ -255,8 +276,10 @@ def bench_checkpoint_table(rows: list[dict]) -> str:
         for r in rows if "hardware_flops" in r)]
     if rows[0].get("model") == "gpt":
         extra.append("'none' recomputes too: the model's flash attention rebuilds S = Q K^T in "
-                     "its backward; selective(matmul) keeps matmul outputs and redoes only the "
-                     "cheap ops (layernorm, gelu, attention core)")
+                     "its backward; keep(matmul) checkpoints each block but keeps its matmul "
+                     "outputs, redoing layernorm, GELU and the attention core; recompute(attn) "
+                     "(Korthikanti et al.) checkpoints nothing but the attention core, which "
+                     "flash already keeps small (O and L), so here it saves little")
     return bench_checkpoint.table(rows) + "\n" + "\n".join(extra)
 
 

@@ -21,6 +21,9 @@ from .rewrite import launcher_code, rewrite_source
 
 HERE = Path(__file__).resolve().parent
 SHIM = HERE / "shim.h"
+# CUDA's headers the emulator provides itself (cuda_fp16.h, cuda_bf16.h, mma.h), searched after
+# the kernel's own -I folders
+INCLUDE = HERE / "include"
 RUNTIME = [HERE / n for n in ("abi.h", "runtime.h", "scheduler.cpp", "warps.cpp", "memory.cpp",
                               "races.cpp", "objects.cpp", "signals.cpp", "launch.cpp")]
 
@@ -175,7 +178,8 @@ def module_path(code: str, name: str, expressions: list[str], options, mode: str
     flags = BASE_FLAGS + host_flags(options) + (COUNT_FLAGS if mode == "counted" else [])
     key = _digest([_source(code, name, expressions), SHIM.read_bytes(), *_runtime_bytes(),
                    *[f.read_bytes() for f in (HERE / "build.py", HERE / "rewrite.py")],
-                   compiler_version(cxx), *flags, *_headers(options)])
+                   compiler_version(cxx), *flags, *_headers(options),
+                   *_headers(["-I", str(INCLUDE)])])
     stem = re.sub(r"[^\w.-]", "_", name)[:40]
     return cache_dir() / f"{stem}-{mode}-{key}.so"
 
@@ -198,7 +202,8 @@ def build_module(code: str, name: str, expressions: list[str], options, mode: st
         src.write_text(_source(code, name, expressions))
         includes = _rewritten_includes(options, tmp)
         # the rewritten copies of the headers come first, before the original -I folders
-        _run([cxx, *includes, *flags, "-include", str(SHIM), "-c", str(src), "-o", str(obj)],
+        _run([cxx, *includes, *flags, "-I", str(INCLUDE), "-include", str(SHIM), "-c", str(src),
+              "-o", str(obj)],
              f"compiling {name} for the CPU emulator ({mode})")
         _run([cxx, "-shared", "-pthread", "-o", str(out), str(obj), str(runtime),
               "-Wl,-Bsymbolic", "-Wl,-z,defs", "-lm"], f"linking {name}")

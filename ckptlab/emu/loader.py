@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
 from . import abi, config
@@ -29,6 +30,7 @@ DTYPES = {
     "char": np.int8, "signed char": np.int8, "unsigned char": np.uint8, "bool": np.bool_,
     "float2": np.float32, "float4": np.float32, "int2": np.int32, "int4": np.int32,
     "uint2": np.uint32, "uint4": np.uint32, "double2": np.float64,
+    "__half": np.float16, "__nv_bfloat16": ml_dtypes.bfloat16,  # emu/include/cuda_fp16.h, _bf16.h
 }
 VECTOR_BYTES = {"float2": 8, "float4": 16, "int2": 8, "int4": 16, "uint2": 8, "uint4": 16,
                 "double2": 16}

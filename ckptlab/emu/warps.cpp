@@ -141,6 +141,14 @@ extern "C" unsigned emu_activemask(void) {
         if (worker_of(f)->fibers[base + j].state != EXITED) m |= 1u << j;
     return m;
 }
+// A warp-collective library call (wmma::*, emu/include/mma.h) misused by the warp: a lane's
+// arguments differ from the others', or a tile is misaligned. The caller found it; this
+// reports it as a warp fault at the kernel's line and ends the launch.
+extern "C" [[noreturn]] void emu_warp_fault(const char* file, int line, const char* message) {
+    Fiber* f = self();
+    set_fault(worker_of(f), F_WARP, nullptr, file, line, "%s", message);
+    abort_fiber(f);
+}
 extern "C" void emu_trap(const char* what, const char* file, int line) {
     Fiber* f = self();
     set_fault(worker_of(f), F_TRAP, __builtin_return_address(0), file, line, "%s executed", what);

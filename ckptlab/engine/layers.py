@@ -1,5 +1,6 @@
 """Layer ops of the engine: layernorm, dropout, cross-entropy, embedding lookup and attention
-(naive: saves P; flash: saves O and the logsumexp L and recomputes P in backward).
+(naive: saves P; stored: saves S, O and the logsumexp L, forms P = exp(S - L) in backward;
+flash: saves O and L and recomputes S = Q K^T, then P, in backward).
 
 Same rules as ckptlab.engine.tensor: closures capture Nodes, shapes and saved arrays only, and
 accumulate into their inputs' gradients. Dropout masks come from Philox (ckptlab.rng) keyed by
@@ -15,6 +16,7 @@ import numpy as np
 from ckptlab import kernels, rng
 from ckptlab.engine import tape
 from ckptlab.engine.tensor import Tensor, make, xp_of
+from ckptlab.measure import traffic
 from ckptlab.reference import causal_visible
 
 
@@ -164,8 +166,8 @@ def _check_attention(q, k, v, impl, backend, dropout_p):
     if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[3] != k.shape[3]:
         raise ValueError(f"attention: q {q.shape}, k {k.shape}, v {v.shape} do not fit: need "
                          "equal (B, H), k and v with the same N, q and k with the same d")
-    if impl not in ("naive", "flash"):
-        raise ValueError(f"attention: impl must be 'naive' or 'flash', got {impl!r}")
+    if impl not in kernels.METHODS:
+        raise ValueError(f"attention: impl must be one of {kernels.METHODS}, got {impl!r}")
     if backend not in ("numpy", "kernels"):
         raise ValueError(f"attention: backend must be 'numpy' or 'kernels', got {backend!r}")
     if not 0.0 <= dropout_p < 1.0:
@@ -177,69 +179,78 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, impl: str =
               backend: str = "numpy") -> Tensor:
     """O = dropout(softmax(scale Q K^T)) V on (B, H, N, d) tensors.
 
-    impl="naive" saves P (B, H, Nq, Nk) for backward; impl="flash" saves O and L = m + log l
-    (B, H, Nq) and recomputes P = exp(S - L) in backward (those FLOPs count as "recompute").
+    What each method saves for the backward (the ledger) and recomputes in it:
+        impl="naive"   P (B, H, Nq, Nk); nothing recomputed
+        impl="stored"  S = scale Q K^T (B, H, Nq, Nk), O and L = m + log l (B, H, Nq); the
+                       backward forms P = exp(S - L), never Q K^T
+        impl="flash"   O and L; the backward recomputes S = scale Q K^T, then P = exp(S - L)
+                       (those FLOPs count as "recompute")
     backend="numpy": this module, in the inputs' dtype (gradcheck runs it in float64);
     backend="kernels": the CUDA kernels through ckptlab.kernels (fp32, the emulator on the CPU).
-    Under tape.recomputing({"attention"}) (numpy backend) either impl saves only q, k, v and its
+    Under tape.recomputing({"attention"}) (numpy backend) every impl saves only q, k, v and its
     backward recomputes S and P ("recompute" FLOPs): Korthikanti et al.'s selective recompute.
     Dropout element (b, h, i, j) is number ((b*H + h)*Nq + i)*Nk + j of rng.keep_mask.
-    FLOPs are counted dense (4 B H Nq Nk d forward, 8 backward), masked scores included."""
+    FLOPs follow ckptlab.measure.traffic's one convention: matmul FLOPs, 2 per multiply-add,
+    as run (exp, max, sums not counted). NumPy runs dense matmuls (masked scores included):
+    4 B H Nq Nk d forward, 8 backward, plus 2 B H Nq Nk d recompute for flash; the kernels
+    count what traffic models for their launches (tiles, padding, causal skipping)."""
     _check_attention(q, k, v, impl, backend, dropout_p)
     B, H, Nq, d = q.shape
     Nk = k.shape[2]
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     seed, offset = tape.next_rng() if dropout_p > 0 else (0, 0)
-    mm = 2 * B * H * Nq * Nk * d  # FLOPs of one (Nq x d) @ (d x Nk) matmul per head
     if backend == "kernels":
         if "attention" in tape.recompute_ops():
             raise ValueError("attention: recomputing the core (tape.recomputing) runs on "
-                             "backend='numpy' only; the kernels keep P (naive) or O and L (flash)")
-        return _attention_kernels(q, k, v, causal, impl, dropout_p, scale, seed, offset, mm)
+                             "backend='numpy' only; the kernels keep P (naive), S, O and L "
+                             "(stored) or O and L (flash)")
+        return _attention_kernels(q, k, v, causal, impl, dropout_p, scale, seed, offset)
+    mm = 2 * B * H * Nq * Nk * d  # FLOPs of one (Nq x d) @ (d x Nk) matmul per head
     xp = xp_of(q.data)
     Q, K, V = q.data, k.data, v.data
     allowed = causal_visible(Nq, Nk, xp) if causal else None
-    P, L = _softmax_lse((Q @ K.swapaxes(-1, -2)) * scale, allowed, xp)  # (B, H, Nq, Nk)
+    S = (Q @ K.swapaxes(-1, -2)) * scale  # (B, H, Nq, Nk)
+    P, L = _softmax_lse(S, allowed, xp)  # (B, H, Nq, Nk), (B, H, Nq)
     keep = keep_mask(seed, offset, P.shape, dropout_p, xp) if dropout_p > 0 else None
     drop = 1.0 / (1.0 - dropout_p)
     O = (P if keep is None else xp.where(keep, P * drop, 0.0)) @ V  # (B, H, Nq, d)
-    tape.count(2 * mm + 5 * P.size)
+    tape.count(2 * mm)
     qn, kn, vn = q.node, k.node, v.node
-    # What the closure may see: naive keeps P, flash keeps O and L (and neither keeps the mask);
+    # What the closure may see: naive keeps P; stored S, O and L; flash O and L (none the mask);
     # the core recomputed (Korthikanti's selective recompute) keeps nothing beyond q, k, v
     core = "attention" in tape.recompute_ops()
-    P_saved, O_saved, L_saved = ((None, None, None) if core else
-                                 (P, None, None) if impl == "naive" else (None, O, L))
+    P_saved = P if impl == "naive" and not core else None
+    S_saved = S if impl == "stored" and not core else None
+    O_saved, L_saved = (None, None) if impl == "naive" or core else (O, L)
 
     def backward(g):  # g = dO
-        O_kept, L_kept = O_saved, L_saved
-        if core:  # the forward's core again from q, k, v: S, P = softmax(S); flash: L and O
-            S = (Q @ K.swapaxes(-1, -2)) * scale
+        Pb, Sb, O_kept, L_kept = P_saved, S_saved, O_saved, L_saved
+        if core:  # the forward's core again from q, k, v: S, P = softmax(S); fused: L and O
+            Sb = (Q @ K.swapaxes(-1, -2)) * scale
             visible = causal_visible(Nq, Nk, xp) if causal else None  # rebuilt: never held
-            Pb, L_kept = _softmax_lse(S, visible, xp)
-            tape.count(mm + 5 * Pb.size, "recompute")
-            if impl == "flash":  # flash's backward reads O (for D) and L: O = dropout(P) V
+            Pb, L_kept = _softmax_lse(Sb, visible, xp)
+            tape.count(mm, "recompute")
+            if impl != "naive":  # the fused backward reads O (for D) and L: O = dropout(P) V
                 k_ = keep_mask(seed, offset, Pb.shape, dropout_p, xp) if dropout_p > 0 else None
                 O_kept = (Pb if k_ is None else xp.where(k_, Pb * drop, 0.0)) @ V
                 tape.count(mm, "recompute")
-        if impl == "naive" and not core:
-            Pb = P_saved
-        elif impl == "flash":  # S = scale Q K^T -> P = exp(S - L): recomputed, never stored
-            S = (Q @ K.swapaxes(-1, -2)) * scale
+        if impl == "flash":  # S = scale Q K^T: recomputed, never stored
+            Sb = (Q @ K.swapaxes(-1, -2)) * scale
+            tape.count(mm, "recompute")
+        if impl != "naive":  # stored: S read back from what the forward saved
             if causal:
-                S = xp.where(causal_visible(Nq, Nk, xp), S, -xp.inf)
-            Pb = xp.exp(S - L_kept[..., None])
-            tape.count(mm + 2 * Pb.size, "recompute")
+                Sb = xp.where(causal_visible(Nq, Nk, xp), Sb, -xp.inf)
+            Pb = xp.exp(Sb - L_kept[..., None])  # P = exp(S - L)
         mask = keep_mask(seed, offset, Pb.shape, dropout_p, xp) if dropout_p > 0 else None
         Pd = Pb if mask is None else xp.where(mask, Pb * drop, 0.0)  # what O = Pd V used
         dP = g @ V.swapaxes(-1, -2)  # (B, H, Nq, Nk): d(Pd)
         if mask is not None:
             dP = xp.where(mask, dP * drop, 0.0)  # dP = dPd * keep / (1 - p)
-        # D_i = rowsum(dO_i * O_i) = rowsum(P_i * dP_i); flash reads O, naive has P
-        if impl == "flash":
-            D = (g * O_kept).sum(-1, keepdims=True)  # (B, H, Nq, 1)
+        # D_i = rowsum(dO_i * O_i) = rowsum(P_i * dP_i); stored and flash read O, naive has P
+        if impl == "naive":
+            D = (Pb * dP).sum(-1, keepdims=True)  # (B, H, Nq, 1)
         else:
-            D = (Pb * dP).sum(-1, keepdims=True)
+            D = (g * O_kept).sum(-1, keepdims=True)
         dS = Pb * (dP - D)  # dS = P * (dP - D)
         if vn is not None:
             vn.add_grad(Pd.swapaxes(-1, -2) @ g)  # dV = P^T dO
@@ -247,32 +258,35 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, impl: str =
             qn.add_grad((dS @ K) * scale)  # dQ = scale dS K
         if kn is not None:
             kn.add_grad((dS.swapaxes(-1, -2) @ Q) * scale)  # dK = scale dS^T Q
-        tape.count(4 * mm + 4 * Pb.size)
+        tape.count(4 * mm)
 
-    return make(O, "attention", (q, k, v), backward, saved=(q, k, v, P_saved, O_saved, L_saved))
+    saved = (q, k, v, P_saved, S_saved, O_saved, L_saved)
+    return make(O, "attention", (q, k, v), backward, saved=saved)
 
 
-def _attention_kernels(q, k, v, causal, impl, p, scale, seed, offset, mm):
-    """The same op through ckptlab.kernels's launch wrappers (fp32 on the current target)."""
+def _attention_kernels(q, k, v, causal, impl, p, scale, seed, offset):
+    """The same op through ckptlab.kernels's launch wrappers (fp32 on the current target);
+    FLOPs as traffic models the launches (hardware, recompute apart)."""
     xp = xp_of(q.data)
     Q, K, V = (xp.ascontiguousarray(t.data, dtype=xp.float32) for t in (q, k, v))
-    forward = kernels.naive_forward if impl == "naive" else kernels.flash_forward
-    O, state = forward(Q, K, V, causal=causal, scale=scale, dropout_p=p, seed=seed,
-                       offset=offset)
+    B, H, Nq, d = Q.shape
+    Nk = K.shape[2]
+    O, state = kernels.forward(impl, Q, K, V, causal=causal, scale=scale, dropout_p=p, seed=seed,
+                               offset=offset)
     if not hasattr(state, "nbytes"):
         raise TypeError(f"attention.{impl}_forward returned saved state without .nbytes: "
                         f"{type(state).__name__}")
-    tape.count(2 * mm)
+    fwd = traffic.totals(traffic.forward_traffic(impl, B, H, Nq, Nk, d, causal))
+    bwd = traffic.totals(traffic.backward_traffic(impl, B, H, Nq, Nk, d, causal))
+    tape.count(fwd["flops"])
     qn, kn, vn, dtype = q.node, k.node, v.node, q.dtype
 
     def backward(g):
         G = xp.ascontiguousarray(g, dtype=xp.float32)
-        if impl == "naive":
-            dq, dk, dv = kernels.naive_backward(G, Q, K, V, state)
-        else:
-            dq, dk, dv = kernels.flash_backward(G, Q, K, V, state, deterministic=False)
-            tape.count(mm, "recompute")
-        tape.count(4 * mm)
+        dq, dk, dv = kernels.backward(impl, G, Q, K, V, state, deterministic=False)
+        tape.count(bwd["flops"] - bwd["recompute_flops"])
+        if bwd["recompute_flops"]:
+            tape.count(bwd["recompute_flops"], "recompute")
         for n, grad in ((qn, dq), (kn, dk), (vn, dv)):
             if n is not None:
                 n.add_grad(grad.astype(dtype, copy=False))

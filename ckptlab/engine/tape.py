@@ -10,9 +10,10 @@ saved arrays are released.
 Engine state (one per process): grad mode (`no_grad()`), the phase ("forward", "recompute",
 "backward") FLOPs are counted under, the dropout RNG state (seed, offset), the ledger (any
 object with on_op/acquire/release/add_flops; installed by ledger.record()), a ValueStore
-while a selective checkpoint stores or replays op outputs, and the names of the ops that
+while a selective checkpoint stores or replays op outputs, the names of the ops that
 recompute their insides in the backward instead of saving them (`recomputing()`: the attention
-core, for Korthikanti et al.'s selective recompute).
+core, for Korthikanti et al.'s selective recompute), and a Trace while a checkpoint records
+which ops its function runs (to compare the recompute with the first pass).
 
 This module imports nothing of ckptlab: tensor.py, ops.py and layers.py build on it.
 """
@@ -32,6 +33,7 @@ class _State:
     ledger = None
     store = None  # a ValueStore while a selective checkpoint stores or replays
     recompute_ops = frozenset()  # ops that save only their inputs and recompute the rest
+    trace = None  # a Trace while a checkpoint records the ops its function runs
 
 
 _state = _State()
@@ -97,6 +99,37 @@ class ValueStore:
                               f"{len(self.values)} stored values")
 
 
+class Trace:
+    """The ops a checkpointed function ran, in order, as (name, output shape, dtype), and
+    whether any of them read a tensor that requires grad. Both passes of a checkpoint record
+    one; the recompute must match the first (what PyTorch's default check compares through
+    the tensors each pass saves: the first pass here runs under no_grad and saves none)."""
+
+    __slots__ = ("ops", "grad")
+
+    def __init__(self):
+        self.ops, self.grad = [], False
+
+    def record(self, name: str, data, inputs) -> None:
+        self.ops.append((name, tuple(data.shape), data.dtype))
+        self.grad = self.grad or any(t.node is not None for t in inputs)
+
+
+@contextlib.contextmanager
+def tracing(trace: Trace | None):
+    """Context: ops record themselves into `trace` (None: into nothing). On exit what was
+    recorded is appended to the enclosing trace too, so an outer checkpoint sees the ops of
+    an inner one, as its first pass (run under no_grad, without the inner checkpoint) did."""
+    previous, _state.trace = _state.trace, trace
+    try:
+        yield trace
+    finally:
+        _state.trace = previous
+        if previous is not None and trace is not None:
+            previous.ops += trace.ops
+            previous.grad = previous.grad or trace.grad
+
+
 def compute(name: str, fn, flops: int):
     """An op's forward value: fn(), counted as `flops`. While a ValueStore is installed, an op
     it names stores its value on the first pass and hands it back, uncomputed and uncounted,
@@ -123,33 +156,41 @@ def count(flops, phase: str | None = None) -> None:
 # ------------------------------------------------------------------------------ backward
 
 
-def _topo(root: Node) -> list:
-    """Nodes reachable from root, inputs before outputs (micrograd's build_topo, iterative so
-    a 256-block chain does not hit the recursion limit)."""
-    order, seen, stack = [], {id(root)}, [(root, iter(root.prev))]
-    while stack:
-        node, children = stack[-1]
-        for child in children:
-            if id(child) not in seen:
-                seen.add(id(child))
-                stack.append((child, iter(child.prev)))
-                break
-        else:
-            stack.pop()
-            order.append(node)
+def _topo(roots) -> list:
+    """Nodes reachable from the roots, inputs before outputs (micrograd's build_topo,
+    iterative so that a 256-block chain does not hit the recursion limit)."""
+    order, seen = [], set()
+    for root in roots:
+        if id(root) in seen:
+            continue
+        seen.add(id(root))
+        stack = [(root, iter(root.prev))]
+        while stack:
+            node, children = stack[-1]
+            for child in children:
+                if id(child) not in seen:
+                    seen.add(id(child))
+                    stack.append((child, iter(child.prev)))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
     return order
 
 
-def backward(root: Node, grad) -> None:
+def backward(root, grad) -> None:
     """root.grad += grad, then every closure in reverse topological order. Each node is
     released once its closure has run (its saved arrays leave the ledger); non-leaf gradients
-    are dropped unless retained."""
-    order = _topo(root)
+    are dropped unless retained. `root` and `grad` may be lists (several outputs, one pass)."""
+    roots, grads = (list(root), list(grad)) if isinstance(root, (list, tuple)) else \
+        ([root], [grad])
+    order = _topo(roots)
     for node in order:
         if node.backward is None and not node.leaf:
             raise RuntimeError(f"backward through {node.name}, whose graph was already freed by "
                                "an earlier backward()")
-    root.add_grad(grad)
+    for r, g in zip(roots, grads, strict=True):
+        r.add_grad(g)
     previous, _state.phase = _state.phase, "backward"
     try:
         for node in reversed(order):
@@ -165,6 +206,18 @@ def backward(root: Node, grad) -> None:
                 node.grad = None
     finally:
         _state.phase = previous
+
+
+def free(roots) -> None:
+    """Drop the graph behind `roots` without a backward: its closures go, and what they saved
+    leaves the ledger (a recompute's output that no gradient reached, say)."""
+    for node in _topo(list(roots)):
+        if node.leaf or node.backward is None:
+            continue
+        node.backward, node.prev = None, ()
+        if node.saved is not None and _state.ledger is not None:
+            _state.ledger.release(node.saved, "backward")
+        node.saved = None
 
 
 # ------------------------------------------------------------------------------ state

@@ -38,9 +38,11 @@ def make(data, name: str, inputs, backward, saved=(), force: bool = False,
     """Wrap an op's output array. If grad is on and an input needs a gradient (or `force`), a
     Node records the closure `backward(g)` and the ledger acquires `saved` (arrays, Tensors,
     or objects with .nbytes; parameters and None are skipped) as `kind`."""
-    led = tape._state.ledger
+    led, trace = tape._state.ledger, tape._state.trace
     if led is not None:
         led.on_op(data)
+    if trace is not None:
+        trace.record(name, data, inputs)
     out = Tensor._wrap(data)
     if not tape._state.grad_enabled:
         return out

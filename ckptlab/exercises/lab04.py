@@ -27,7 +27,8 @@ from ckptlab.measure import traffic
 def online_merge(fn) -> Verdict:
     """fn(m_a, l_a, m_b, l_b) -> (m, l): merge two partial softmax states of the same rows
     (m: running max, l: sum of exp(x - m) over the part seen; an empty part has m = -inf,
-    l = 0) into the state of both parts. Arrays of shape (rows,)."""
+    l = 0) into the state of both parts. Arrays of shape (rows,). Two empty parts (a fully
+    masked row) merge into an empty state, not NaN."""
     g = np.random.default_rng(4)
     x = g.standard_normal((5, 12)) * 3
     x[1] += 800.0  # rows whose exp would overflow unless the exponents stay <= 0
@@ -62,6 +63,34 @@ def online_merge(fn) -> Verdict:
         if not np.array_equal(m, np.maximum(m_a, m_b)):
             return wrong("m + log l is right but m is not the row max: keep m = max(m_a, m_b) "
                           "so the next tile's exponents stay <= 0")
+    return _both_empty(fn)
+
+
+def _both_empty(fn) -> Verdict:
+    """A fully masked row (causal attention with more keys masked than seen, a tile past the
+    diagonal): both parts empty. Their merge is empty too, m = -inf and l = 0, never NaN."""
+    m_a, l_a = np.array([-np.inf, -np.inf, 0.5]), np.array([0.0, 0.0, 2.0])
+    m_b, l_b = np.array([-np.inf, 1.0, -np.inf]), np.array([0.0, 3.0, 0.0])
+    with np.errstate(all="ignore"):
+        out, bad = call(fn, m_a.copy(), l_a.copy(), m_b.copy(), l_b.copy())
+    if bad:
+        return bad
+    if not (isinstance(out, tuple) and len(out) == 2):
+        return wrong(f"the function returns a pair (m, l); it returned {type(out).__name__}")
+    (m, bad), (l, bad2) = array(out[0], (3,), "m"), array(out[1], (3,), "l")
+    if bad or bad2:
+        return bad or bad2
+    if np.isnan(l[0]) or np.isnan(m[0]):
+        return wrong("two empty parts (a fully masked row: m_a = m_b = -inf, l_a = l_b = 0) "
+                      "give NaN: exp(m_a - m) is exp(-inf + inf); weight an empty part 0, e.g. "
+                      "np.where(l_a > 0, l_a * np.exp(m_a - m), 0), as softmax_rows.cu does")
+    if not (m[0] == -np.inf and l[0] == 0.0):
+        return wrong(f"two empty parts must merge into an empty state (m = -inf, l = 0); you "
+                      f"return m = {m[0]}, l = {l[0]}")
+    if not (np.allclose(l[1:], [3.0, 2.0], rtol=1e-12) and np.array_equal(m[1:], [1.0, 0.5])):
+        return wrong("merging an empty part with a non-empty one must return the non-empty "
+                      f"state unchanged (m = [1, 0.5], l = [3, 2]); you return m = {m[1:]}, "
+                      f"l = {l[1:]}")
     return right()
 
 

@@ -1,51 +1,107 @@
-"""Checkers of labs/05_recompute_backward.ipynb (the recompute backward), one per exercise.
+"""Checkers of labs/05_recompute_backward.ipynb (naive, stored, flash; when recompute pays), one
+per exercise.
 
-The expected values come from ckptlab itself (the traffic models, the roofline, the float64
-reference), never typed in, so an exercise follows the kernels if they change.
+The expected values come from ckptlab itself (the traffic models, the time model), never typed
+in, so an exercise follows the kernels if they change.
 """
 
 from __future__ import annotations
 
-from ckptlab.exercises.verdict import Verdict, close, exact
-from ckptlab.measure import traffic
+from ckptlab.exercises.verdict import (
+    NOT_YET,
+    Verdict,
+    close,
+    exact,
+    number,
+    right,
+    unanswered,
+    wrong,
+)
+from ckptlab.measure import roofline, timemodel, traffic
+
+CROSSING = dict(N=4096, B=1, H=16)  # the sweep exercise 3 asks about (every launch fills waves)
+DIMS = (16, 32, 64, 128)  # the head dims it sweeps
 
 
-def _flash_fwd_bwd(B, H, N, d, deterministic=False) -> dict:
-    return traffic.totals(traffic.flash_forward_traffic(B, H, N, N, d)
-                          + traffic.flash_backward_traffic(B, H, N, N, d,
-                                                           deterministic=deterministic))
+def _counted(method: str, B, H, N, d) -> int:
+    return traffic.totals(traffic.launches(method, B, H, N, N, d))["bytes"]
 
 
 def recompute_flops(answer, B: int, H: int, N: int, d: int) -> Verdict:
     """FLOPs the flash backward (atomic dQ, not causal) spends recomputing S = scale Q K^T, for
-    q, k, v of shape (B, H, N, d); matmul FLOPs, 2 per multiply-add."""
-    (_, dkdv) = traffic.flash_backward_traffic(B, H, N, N, d)
-    want = dkdv.recompute_flops
+    q, k, v of shape (B, H, N, d); matmul FLOPs, 2 per multiply-add, on the N x N scores (the
+    kernel runs whole tiles: when N is not a multiple of them it executes more, traffic's
+    hardware count)."""
+    want = 2 * B * H * traffic.visible_pairs(N, N, False) * d
+    run = sum(kt.recompute_flops for kt in traffic.launches("flash", B, H, N, N, d))
     return exact(answer, want, "the FLOP count", hints=[
+        (run, "that counts the padded tail tiles the kernel also runs; the question asks for "
+              "the N x N scores"),
         (want / 2, "a multiply-add is 2 FLOPs"),
         (2 * want, "only S = Q K^T is recomputed (P = exp(S - L) is pointwise); O = P V is not"),
     ], hint="S has N x N entries per (b, h), each a length-d dot product")
 
 
+def recompute_bytes_saved(answer, B: int, H: int, N: int, d: int) -> Verdict:
+    """HBM bytes (counted) the recompute saves: stored's forward + backward minus flash's (atomic
+    dQ, not causal) at (B, H, N, d). Stored and flash differ only in where P comes from."""
+    want = _counted("stored", B, H, N, d) - _counted("flash", B, H, N, d)
+    return exact(answer, want, "the byte count", hints=[
+        (want / 2, "the tile data goes through HBM twice: written by the forward, read by the "
+                   "backward"),
+        (want / 4, "count bytes, 4 per fp32 element, and both trips through HBM"),
+        (_counted("naive", B, H, N, d) - _counted("flash", B, H, N, d),
+         "that is naive minus flash: fusion and recompute together; the recompute alone is "
+         "stored against flash (same tiles, same launches)"),
+    ], hint="subtract the two methods' traffic.totals(traffic.launches(...))['bytes'], or count "
+            "what stored moves that flash does not")
+
+
+def crossing_d(answer, gpu: str = "A100", dtype: str = "bf16") -> Verdict:
+    """The smallest head dim d of DIMS at which the recompute gain (stored / flash modeled
+    time, unique bytes, at CROSSING's size) falls below 1 on `gpu` in `dtype`; the string
+    "never" if it stays above 1 up to the largest d."""
+    name = roofline.spec(gpu)["name"]
+    rows = timemodel.recompute_gains([name], [dtype], DIMS, **CROSSING)
+    want = timemodel.crossings(rows)[name, dtype]
+    if unanswered(answer):
+        return Verdict(NOT_YET)
+    if isinstance(answer, str) and answer.strip().lower() == "never":
+        return right() if want is None else wrong(
+            f"on {name} in {dtype} the gain does fall below 1 within d <= {max(DIMS)}")
+    got, bad = number(answer, "d")
+    if bad:
+        return bad
+    if got not in DIMS:
+        return wrong(f"the sweep has d in {DIMS}: give the smallest of them where the gain "
+                     "is below 1 (or \"never\")")
+    if got == want:
+        return right()
+    if want is None:
+        return wrong(f"on {name} in {dtype} the gain stays above 1 for every d of the sweep")
+    other = "fp32" if dtype != "fp32" else "bf16"
+    theirs = timemodel.crossings(timemodel.recompute_gains([name], [other], DIMS,
+                                                           **CROSSING))[name, other]
+    if got == theirs:
+        return wrong(f"that is the {other} crossing: {dtype} has its own ridge and element size")
+    gain = {r["d"]: r["gain_unique"] for r in rows}[int(got)]
+    side = "still pays." if gain > 1 else "already costs: is it the first d where it does?"
+    rule = timemodel.rule_of_thumb(name, dtype)
+    return wrong(f"at d = {int(got)} the modeled gain is {gain:.2f}: recompute {side} The "
+                 f"rule of thumb d < e R / 7 gives {rule:.1f} on {name} in {dtype}; the full "
+                 "model also counts operand bytes and launches")
+
+
 def hfu_over_mfu(answer, B: int = 64, H: int = 16, N: int = 1024, d: int = 64) -> Verdict:
     """HFU / MFU of flash attention's forward + backward (atomic dQ, not causal): hardware
     FLOPs (recompute included) over model FLOPs (useful work), at the same time."""
-    hw = _flash_fwd_bwd(B, H, N, d)["flops"]
-    model = (traffic.model_flops(B, H, N, N, d)
-             + traffic.model_flops(B, H, N, N, d, backward=True))
-    bwd = traffic.totals(traffic.flash_backward_traffic(B, H, N, N, d))["flops"]
+    runs = traffic.launches("flash", B, H, N, N, d)
+    hw = traffic.totals(runs)["flops"]
+    fwd = traffic.model_flops(B, H, N, N, d)
+    model = fwd + traffic.model_flops(B, H, N, N, d, backward=True)
+    bwd_hw = hw - sum(kt.flops for kt in runs if "_fwd" in kt.kernel)
     return close(answer, hw / model, "the ratio", 0.01, hints=[
-        (bwd / traffic.model_flops(B, H, N, N, d, backward=True),
+        (bwd_hw / (model - fwd),
          "that is the backward alone: the forward (no recompute) is in both counts"),
         (1.0, "the recompute of S is executed (hardware FLOPs) but is not useful work"),
     ], hint="per (i, j) pair: forward 4 d, backward 8 d useful, plus 2 d recomputed")
-
-
-def fig2_bytes_ratio(answer, B: int = 64, H: int = 16, N: int = 1024, d: int = 64) -> Verdict:
-    """Naive HBM bytes / flash HBM bytes for forward + backward at (B, H, N, d) (GPT-2 medium in
-    FlashAttention's Fig. 2 by default), from ckptlab's kernels (the traffic models)."""
-    naive = traffic.totals(traffic.naive_forward_traffic(B, H, N, N, d)
-                           + traffic.naive_backward_traffic(B, H, N, N, d))["bytes"]
-    want = naive / _flash_fwd_bwd(B, H, N, d)["bytes"]
-    return close(answer, want, "the ratio", 0.02, hint="sum the bytes of every launch of each "
-                  "method (traffic.totals) and divide")

@@ -12,12 +12,12 @@ from ckptlab.recompute import schedules
 
 def least_memory_segments(answer, prof) -> Verdict:
     """The number k of uniform checkpointed segments (schedules.uniform(L, k)) that gives the
-    chain profiled in `prof` (ledger.Profile) the least predicted peak of saved bytes. Any k
-    whose peak is within 10% of the least counts: the curve is flat and bumpy near its bottom
-    (segments of unequal length), and the estimate sqrt(L a / x) ignores the head."""
+    chain profiled in `prof` the least predicted peak of saved bytes. Only a k with that least
+    peak is right (ties all are); any other is told the optimum and how far it is from it."""
     L = prof.n_blocks
     peaks = {k: schedules.uniform(L, k).predict(prof).peak_bytes for k in range(1, L + 1)}
-    best = min(peaks, key=peaks.get)
+    least = min(peaks.values())
+    best = [k for k, p in peaks.items() if p == least]
     if unanswered(answer):
         return Verdict(NOT_YET)
     got, bad = number(answer, "k")
@@ -26,11 +26,14 @@ def least_memory_segments(answer, prof) -> Verdict:
     if got != int(got) or not 1 <= got <= L:
         return wrong(f"k is a whole number of segments from 1 to L = {L}; you gave {answer!r}")
     k = int(got)
-    if peaks[k] <= 1.10 * peaks[best]:
+    if peaks[k] == least:
         return right()
-    side = ("more segments: each recompute holds L / k blocks' activations at once" if k < best
+    side = ("more segments: each recompute holds L / k blocks' activations at once" if k < best[0]
             else "fewer segments: each one holds its input until the backward reaches it")
-    return wrong(f"k = {k} peaks at {peaks[k] / peaks[best]:.2f}x the least; try {side}")
+    named = " or ".join(f"k = {b}" for b in best)
+    return wrong(f"k = {k} peaks at {peaks[k]:,} bytes, {peaks[k] / least - 1:.0%} above the "
+                  f"least, {least:,} bytes at {named}; the estimate sqrt(L a / x) only points "
+                  f"near it (segments of unequal length, the head): try {side}")
 
 
 def checkpoint_flops_ratio(answer, prof) -> Verdict:

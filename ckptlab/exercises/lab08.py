@@ -62,7 +62,8 @@ def korthikanti_bytes(answer, s: int, b: int, h: int, a: int) -> Verdict:
     want = at_scale.layer_activation_bytes(s, b, h, a, "none")
     return exact(answer, want, "the byte count", hints=[
         (at_scale.layer_activation_bytes(s, b, h, a, "selective"),
-         "that leaves out the attention core's 5 a s^2 b bytes (QK^T, softmax, dropout)"),
+         "that leaves out the attention core's 5 a s^2 b bytes (the softmax output, the "
+         "dropout mask and the dropout output)"),
     ], hint="s b h (34 + 5 a s / h)")
 
 

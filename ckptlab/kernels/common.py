@@ -22,7 +22,7 @@ from ckptlab.kernels.table import HEAD_DIMS, LANES, MAX_TILE, SHARED_LIMIT
 class Saved:
     """What a forward keeps for its backward (the ledger), plus the options it ran with."""
 
-    method: str  # "naive" or "flash"
+    method: str  # "naive", "stored" or "flash"
     tensors: dict  # name -> array of the target
     causal: bool
     scale: float
@@ -39,14 +39,20 @@ class Saved:
 
 # ---- validation ---------------------------------------------------------------------------
 def check_array(name: str, a, shape=None) -> None:
+    """An fp32, C-contiguous array of the target, of rank 4 (or of `shape`, when given)."""
     target = device.target()
+    if isinstance(a, np.ma.MaskedArray):
+        raise TypeError(f"{name} is a NumPy masked array: the kernels would ignore its mask; "
+                        "pass np.ma.filled(x, value) (or x.data to drop the mask)")
     if not device.is_device_array(a):
         raise TypeError(f"{name} must be a {device.xp().__name__} array on the {target!r} "
                         f"target, got {type(a).__module__}.{type(a).__name__}")
     if a.dtype != np.float32:
         raise TypeError(f"{name} must have dtype float32, got {a.dtype}")
-    if a.ndim != 4:
-        raise ValueError(f"{name} must have rank 4 (B, H, N, d), got shape {tuple(a.shape)}")
+    rank = 4 if shape is None else len(shape)
+    if a.ndim != rank:
+        raise ValueError(f"{name} must have rank {rank}{' (B, H, N, d)' if shape is None else ''}"
+                         f", got shape {tuple(a.shape)}")
     if not a.flags.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous (the kernels ignore strides), got a "
                          "strided view: pass xp.ascontiguousarray(x)")
@@ -65,7 +71,8 @@ def check_qkv(q, k, v) -> tuple:
         raise ValueError(f"v must have the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
     Nk = k.shape[2]
     if d not in HEAD_DIMS:
-        raise ValueError(f"head dim d must be one of {HEAD_DIMS}, got d={d}")
+        raise ValueError(f"head dim d must be a multiple of {LANES} in [{LANES}, "
+                         f"{HEAD_DIMS[-1]}], got d={d}")
     if min(B, H, Nq, Nk) < 1:
         raise ValueError(f"B, H, Nq and Nk must be >= 1, got q {tuple(q.shape)}, "
                          f"k {tuple(k.shape)}")
@@ -78,8 +85,17 @@ def check_options(causal, scale, dropout_p, seed, offset, d) -> tuple:
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal must be a bool, got {causal!r}")
     scale = 1.0 / np.sqrt(d) if scale is None else scale
-    if not isinstance(scale, (int, float, np.floating, np.integer)) or not np.isfinite(scale):
+    if isinstance(scale, (bool, np.bool_)) or \
+            not isinstance(scale, (int, float, np.floating, np.integer)) or not np.isfinite(scale):
         raise ValueError(f"scale must be a finite number or None, got {scale!r}")
+    fp32 = np.finfo(np.float32)
+    if abs(float(scale)) > float(fp32.max):  # finite in float64, inf in the kernels' fp32
+        raise ValueError(f"scale {scale!r} overflows float32 (the kernels compute in fp32, "
+                         f"|scale| <= {float(fp32.max):.4g})")
+    if scale != 0 and abs(float(scale)) < float(fp32.tiny):  # subnormal or 0 in fp32
+        raise ValueError(f"scale {scale!r} is below float32's smallest normal "
+                         f"{float(fp32.tiny):.4g}: the kernels' fp32 would hold a subnormal "
+                         "(flushed to 0 where denormals are flushed) or 0")
     if not isinstance(dropout_p, (int, float, np.floating)) or not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
     for name, x in (("seed", seed), ("offset", offset)):
@@ -108,6 +124,17 @@ def check_saved(saved, method: str, B, H, Nq, Nk, d) -> None:
     if saved.shapes != (B, H, Nq, Nk, d):
         raise ValueError(f"saved was made for (B, H, Nq, Nk, d) = {saved.shapes}, but q, k, v "
                          f"give {(B, H, Nq, Nk, d)}")
+    # every array the backward reads, as the forward made it: a truncated L would be read out
+    # of bounds on a GPU (or in the emulator's fast mode), before anything noticed
+    need = {"P": (B, H, Nq, Nk)} if method == "naive" else {"O": (B, H, Nq, d), "L": (B, H, Nq)}
+    if method == "stored":
+        need["S"] = (B, H, Nq, Nk)
+    if not isinstance(saved.tensors, dict) or set(saved.tensors) != set(need):
+        got = sorted(saved.tensors) if isinstance(saved.tensors, dict) else saved.tensors
+        raise ValueError(f"saved holds {got}; {method}_backward reads {sorted(need)}")
+    for name, shape in need.items():
+        check_array(f"saved {name}", saved.tensors[name], shape)
+    check_options(saved.causal, saved.scale, saved.dropout_p, saved.seed, saved.offset, d)
 
 
 def dropout_args(p: float, seed: int, offset: int) -> tuple:
@@ -140,8 +167,6 @@ def poisoned(shape):
 
 def ceil_div(n: int, tile: int) -> int:
     return -(-n // tile)
-
-
 
 
 def random_inputs(B, H, N, d, seed: int = 0, Nk: int | None = None):

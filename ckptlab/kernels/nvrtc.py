@@ -211,6 +211,12 @@ def _cuda_include_dirs():
         return ()
 
 
+def cuda_include_options() -> tuple:
+    """("-I<dir>",) for CUDA's headers (cuda_fp16.h, cuda_bf16.h, mma.h), for a CuPy launch of
+    a kernel that includes them; () where none are found (CuPy's own search then applies)."""
+    return tuple(f"-I{d}" for d in _cuda_include_dirs())
+
+
 def backend_available(backend: str) -> bool:
     """True when `backend` ("nvrtc" or "nvcc") can compile on this machine."""
     if backend == "nvcc":
@@ -246,13 +252,14 @@ def _pick_backend(backend):
 
 
 def compile_file(path, arch: str = "sm_90", backend: str | None = None,
-                 instantiations=None) -> list[dict]:
+                 instantiations=None, defines=None) -> list[dict]:
     """Compile one .cu file to a cubin for `arch` and return ptxas' records for its functions,
     each with file, kernel (demangled), backend ("nvrtc 12.9 (cuda.bindings.nvrtc)", "nvcc
     13.0") and compile_s (the whole file's wall time). Raises CompileError with the log.
     Template kernels are compiled only when instantiated: `instantiations` (default: the ones
     ckptlab.kernels launches from this file) are added as NVRTC name expressions, or for
-    nvcc taken by address at the end of a copy of the source."""
+    nvcc taken by address at the end of a copy of the source. `defines` ({"TILE": 32}) are
+    passed as -D options, e.g. to compile a kernel at another tile size."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"path: expected an existing .cu file, got {str(path)!r}")
@@ -262,6 +269,7 @@ def compile_file(path, arch: str = "sm_90", backend: str | None = None,
     if instantiations is None:
         instantiations = launched(path.name)
     includes = [f"-I{path.resolve().parent}"]
+    includes += [f"-D{name}={value}" for name, value in dict(defines or {}).items()]
     start = time.perf_counter()
     if backend == "nvrtc":
         binding, version, compile_fn = _nvrtc()

@@ -1,16 +1,25 @@
 """Activation memory and recompute FLOPs of one transformer layer at model scale, on paper.
 
 Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
-arXiv 2205.05198, section 4): a GPT layer with sequence length s, micro-batch b, hidden size h
-and a heads, 16-bit activations, no tensor or sequence parallelism, holds for its backward
+arXiv 2205.05198, section 4 and Table 2): a GPT layer with sequence length s, micro-batch b,
+hidden size h and a heads, 16-bit activations, holds for its backward, per GPU, with tensor
+parallelism over t GPUs (t = 1: none) and optionally sequence parallelism (sp):
 
-    none       s b h (34 + 5 a s / h) bytes   every activation: 34 s b h of them grow with h,
-                                              5 a s^2 b (QK^T, softmax, its dropout mask and
-                                              output) with s^2
-    selective  34 s b h                       the attention core is recomputed (their proposal)
-    flash      34 s b h + 4 a s b             FlashAttention's own recompute: nothing a s^2 is
-                                              kept, only the logsumexp L (fp32, a s b numbers)
-    full       2 s b h                        only the layer's input; the whole layer recomputed
+                   t = 1                 tensor parallel t            t and sequence parallel
+    none       s b h (34 + 5 a s / h)   s b h (10 + 24/t + 5as/(ht))  s b h / t (34 + 5 a s / h)
+    selective  34 s b h                 s b h (10 + 24/t)             34 s b h / t
+    flash      34 s b h + 4 a s b       s b h (10 + 24/t) + 4asb/t    (34 s b h + 4 a s b) / t
+    full       2 s b h                  2 s b h                       2 s b h
+
+Where the terms come from (per layer): 34 s b h = 16 s b h activations of 2 bytes (LayerNorm
+inputs 2, QKV input 1, MLP input 1: replicated across a tensor-parallel group; Q, K, V 3,
+projection input 1, GeLU input 4 and output 4: split over t) plus 2 s b h dropout masks of 1
+byte (replicated); 5 a s^2 b = the softmax output and its dropout output (2 bytes each) and
+the dropout mask (1 byte), split over t with the heads. Sequence parallelism splits the
+replicated part over t as well. selective recomputes the attention core (their proposal);
+flash never stores it either, keeping only the logsumexp L (fp32, a s b numbers); full keeps only
+the layer's input. `bytes_per_value` changes the 2 bytes of an activation (4 for fp32, as the
+CPU measurement in ckptlab.torch.parallel uses); masks stay 1 byte, L 4.
 
 Matmul FLOPs of the layer's forward: 24 b s h^2 + 4 b s^2 h = 24 b s h^2 (1 + s / (6 h));
 backward twice that. What each choice recomputes in the backward: selective the attention core
@@ -22,30 +31,41 @@ from __future__ import annotations
 RECOMPUTE = ("none", "selective", "flash", "full")
 
 # GPT-3 175B (Brown et al. 2020; Korthikanti et al. 2022, Table 3): sequence 2048, hidden 12288,
-# 96 heads, 96 layers; micro-batch 1.
+# 96 heads, 96 layers; micro-batch 1; trained with tensor parallel size 8.
 GPT3 = dict(s=2048, b=1, h=12288, a=96, layers=96)
+GPT3_TP = 8
 
 
-def _check(s, b, h, a, recompute) -> None:
-    for name, x in (("s", s), ("b", b), ("h", h), ("a", a)):
+def _check(s, b, h, a, recompute, t=1, bytes_per_value=2) -> None:
+    for name, x in (("s", s), ("b", b), ("h", h), ("a", a), ("t", t),
+                    ("bytes_per_value", bytes_per_value)):
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
             raise ValueError(f"{name}: expected a positive int, got {x!r}")
     if h % a:
         raise ValueError(f"h = {h} must be divisible by the number of heads a = {a}")
+    if a % t:
+        raise ValueError(f"a = {a} heads must be divisible by the tensor-parallel size t = {t}")
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute: expected one of {RECOMPUTE}, got {recompute!r}")
 
 
-def layer_activation_bytes(s: int, b: int, h: int, a: int, recompute: str = "none") -> int:
-    """Bytes one layer holds for its backward (16-bit activations), per the table above."""
-    _check(s, b, h, a, recompute)
+def layer_activation_bytes(s: int, b: int, h: int, a: int, recompute: str = "none", t: int = 1,
+                           sp: bool = False, bytes_per_value: int = 2) -> int:
+    """Bytes one layer holds for its backward on each of t tensor-parallel GPUs (sp: with
+    sequence parallelism too), per the table above; exact when t divides s, h and a."""
+    _check(s, b, h, a, recompute, t, bytes_per_value)
+    w, sbh = bytes_per_value, s * b * h
     if recompute == "full":
-        return 2 * s * b * h
-    held = 34 * s * b * h
+        return w * sbh  # the layer's input: 2 s b h at 16 bits
+    replicated = (4 * w + 2) * sbh  # LN, QKV and MLP inputs; two dropout masks: 10 s b h
+    split = 12 * w * sbh  # Q, K, V, projection input, GeLU input and output: 24 s b h
+    core = (2 * w + 1) * a * s * s * b  # softmax output, dropout mask and output: 5 a s^2 b
+    held = replicated // t if sp else replicated
+    held += split // t
     if recompute == "none":
-        held += 5 * a * s * s * b
+        held += core // t
     elif recompute == "flash":
-        held += 4 * a * s * b  # L = m + log l, fp32, one per (head, query)
+        held += 4 * a * s * b // t  # L = m + log l, fp32, one per (head, query)
     return held
 
 
@@ -62,15 +82,18 @@ def layer_recompute_flops(s: int, b: int, h: int, a: int, recompute: str = "none
             "full": layer_forward_flops(s, b, h)}[recompute]
 
 
-def table(s: int, b: int, h: int, a: int, layers: int = 1) -> list[dict]:
-    """One row per recompute choice: activation bytes for `layers` layers, the saving against
-    none, and the recompute FLOPs as a fraction of the forward and of the training step
-    (forward + backward = 3 forwards), i.e. HFU / MFU - 1."""
-    base = layer_activation_bytes(s, b, h, a, "none")
+def table(s: int, b: int, h: int, a: int, layers: int = 1, t: int = 1,
+          sp: bool = False) -> list[dict]:
+    """One row per recompute choice: activation bytes per GPU for `layers` layers (tensor
+    parallel t, sequence parallel sp), the saving against none with the same parallelism, and
+    the recompute FLOPs as a fraction of the forward and of the training step (forward +
+    backward = 3 forwards), i.e. HFU / MFU - 1."""
+    base = layer_activation_bytes(s, b, h, a, "none", t, sp)
     fwd = layer_forward_flops(s, b, h)
     rows = []
     for r in RECOMPUTE:
-        held, extra = layer_activation_bytes(s, b, h, a, r), layer_recompute_flops(s, b, h, a, r)
-        rows.append(dict(recompute=r, bytes=layers * held, saving=1 - held / base,
+        held = layer_activation_bytes(s, b, h, a, r, t, sp)
+        extra = layer_recompute_flops(s, b, h, a, r)
+        rows.append(dict(recompute=r, t=t, sp=sp, bytes=layers * held, saving=1 - held / base,
                          recompute_over_forward=extra / fwd, hfu_over_mfu=1 + extra / (3 * fwd)))
     return rows

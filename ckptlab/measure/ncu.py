@@ -2,7 +2,9 @@
 
 Every HBM byte figure in ckptlab carries its source (docs/design.md, "Measurement"):
     counted   the emulator's exact count of global-memory requests per kernel argument (no
-              cache is modelled)
+              cache is modelled: an upper bound on DRAM traffic)
+    unique    the distinct bytes each launch touches (the emulator's bitmaps): what an ideal
+              cache would move, a lower bound; DRAM traffic lies between unique and counted
     measured  Nsight Compute's DRAM counters (dram__bytes_read.sum + dram__bytes_write.sum),
               on a GPU
     modeled   the analytic formulas of ckptlab.measure.traffic
@@ -22,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SOURCES = ("counted", "measured", "modeled")
+SOURCES = ("counted", "unique", "measured", "modeled")
 NCU_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,8 @@ shared memory, threads) and the resident blocks per SM they allow.
                                         checks every kernel against the emulator's record)
     resources(kernel, arch)             registers and static shared memory per thread/block, from
                                         NVIDIA's compiler (ptxas -v through NVRTC or nvcc,
-                                        ckptlab.kernels.nvrtc), cached on disk by source hash; with
+                                        ckptlab.kernels.nvrtc; about a second per template
+                                        instantiation), cached on disk by source hash; with
                                         no compiler, shared memory from the tile table and
                                         registers unknown, and the record says so
     resident_blocks(threads, resources, spec)
@@ -36,9 +37,9 @@ from ckptlab.kernels.table import (
     NAIVE_TILE,
     SOFTMAX_ROWS,
     WARP,
-    flash_bwd_shared_bytes,
+    dkdv_shared_bytes,
+    dq_shared_bytes,
     flash_fwd_shared_bytes,
-    instantiations,
 )
 
 OCCUPANCY_SOURCE = (
@@ -118,17 +119,23 @@ def geometry(kernel: str, B: int, H: int, Nq: int, Nk: int, d: int) -> tuple[int
 
 
 def table_shared_bytes(kernel: str) -> int:
-    """Static shared memory of a kernel from the tile table (no compiler needed): the flash
-    formulas of ckptlab.kernels.table (the dK/dV kernel's for the backward: the larger one),
-    two padded NAIVE_TILE x (NAIVE_TILE + 1) float tiles for a naive matmul, none for the
-    row-wise kernels."""
-    name, args = base_name(kernel), [int(a) for a in template_args(kernel)[:3] if a.isdigit()]
-    if len(args) == 3:
-        fn = flash_fwd_shared_bytes if name.endswith("_fwd") else flash_bwd_shared_bytes
-        return fn(*args)
+    """Static shared memory of a kernel from the tile table (no compiler needed): the fused
+    kernels' formulas of ckptlab.kernels.table, two padded NAIVE_TILE x (NAIVE_TILE + 1) float
+    tiles for a naive matmul, none for the row-wise kernels."""
+    name, args = base_name(kernel), template_args(kernel)
+    if len(args) >= 4:  # <Dt, Br, Bc, ..., stored>
+        (Dt, Br, Bc), flags = (int(a) for a in args[:3]), [a == "true" for a in args[3:]]
+        if name.endswith("_fwd"):
+            return flash_fwd_shared_bytes(Dt, Br, Bc)
+        if name.endswith("_dkdv"):
+            return dkdv_shared_bytes(Dt, Br, Bc, *flags)
+        if name.endswith("_dq"):
+            return dq_shared_bytes(Dt, Br, Bc, *flags)
     if name.endswith(("_softmax", "_ds", "_preprocess")):
         return 0
-    return 2 * 4 * NAIVE_TILE * (NAIVE_TILE + 1)
+    if name.startswith("attn_naive_"):
+        return 2 * 4 * NAIVE_TILE * (NAIVE_TILE + 1)
+    raise ValueError(f"kernel: no shared memory formula for {kernel!r}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -168,15 +175,14 @@ def _compiled(filename: str, arch: str, names: tuple) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def resources(kernel: str, arch: str) -> Resources:
-    """Registers per thread and static shared memory of `kernel` compiled for `arch` (ptxas'
-    report, compiled once per file and arch with every instantiation the wrappers launch, kept
-    on disk); without a CUDA compiler the table's shared memory and no registers (NO_COMPILER)."""
+    """Registers per thread and static shared memory of `kernel` compiled for `arch`: ptxas'
+    report, compiled when first asked for (a template kernel alone, as an NVRTC name
+    expression; a file's extern "C" kernels together) and kept on disk; without a CUDA
+    compiler the table's shared memory and no registers (NO_COMPILER)."""
     if arch not in ARCH_LIMITS:
         raise ValueError(f"arch: expected one of {sorted(ARCH_LIMITS)}, got {arch!r}")
     filename = _file_of(base_name(kernel))
-    names = tuple(instantiations(filename))
-    if "<" in kernel and kernel not in names:  # custom tiles: compile just this one
-        names = (kernel,)
+    names = (kernel,) if "<" in kernel else ()
     try:
         report = _compiled(filename, arch, names)
     except nvrtc.CompilerNotFound:

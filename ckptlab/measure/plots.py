@@ -5,33 +5,52 @@ global state are involved (safe on a headless machine, under the Agg backend).
 
 Titles state the takeaway. Pass `title=` to say it yourself; otherwise it is derived from the
 data ("flash saves 64x peak memory vs naive at N=4096"). Axes carry units; byte axes use binary
-units (KiB, MiB, GiB), FLOP axes decimal ones (GFLOP, TFLOP/s).
+units (KiB, MiB, GiB), FLOP axes decimal ones (GFLOP, TFLOP/s), times s, ms, µs, ns. Point
+labels are placed by adjustText so that none overlaps another or leaves the axes
+(label_problems() checks a drawn figure for both).
 """
 
 from __future__ import annotations
 
-import textwrap
-from pathlib import Path
-
 import numpy as np
-from matplotlib.figure import Figure
 from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 from ckptlab.measure import roofline
+from ckptlab.measure.figure import (  # noqa: F401  (public here too: plots is the labs' entry)
+    N_LABEL,
+    SIZE_IN,
+    _finish,
+    _fmt,
+    _n_ticks,
+    _new_axes,
+    _plain_log_labels,
+    _positive,
+    _ratio,
+    _save,
+    _series,
+    _unit,
+    label_points,
+    label_problems,
+    plain_log_ticks,
+    wrap_title,
+)
 from ckptlab.measure.ncu import SOURCES
+from ckptlab.measure.tradeoff import (  # noqa: F401
+    pareto_front,
+    plot_memory_vs_time,
+    plot_pareto,
+)
 
-SIZE_IN = (6.5, 4.0)
 # One line style per source. Counted and modeled bytes must agree exactly, so modeled is drawn
 # thin and dotted with x markers on top of a wide translucent counted line: both stay visible.
-SOURCE_STYLE = {"counted": "-", "measured": "--", "modeled": ":"}
+SOURCE_STYLE = {"counted": "-", "unique": "-.", "measured": "--", "modeled": ":"}
 _SOURCE_LOOK = {
     "counted": dict(marker="o", lw=4, alpha=0.45, zorder=2),
+    "unique": dict(marker="v", lw=1.5, zorder=3),
     "measured": dict(marker="s", lw=1.5, zorder=3),
     "modeled": dict(marker="x", lw=1.5, zorder=4),
 }
 PHASE_COLOR = {"forward": "tab:blue", "recompute": "tab:orange", "backward": "tab:green"}
-N_LABEL = "sequence length N (tokens)"
 
 
 def fit_loglog_slope(x, y) -> float:
@@ -43,89 +62,6 @@ def fit_loglog_slope(x, y) -> float:
         raise ValueError("x: expected at least two distinct values to fit a slope")
     slope, _ = np.polyfit(np.log(x), np.log(y), 1)
     return float(slope)
-
-
-# ------------------------------------------------------------------------------ helpers
-
-
-def _positive(name: str, values) -> np.ndarray:
-    """A 1-D float64 array of finite positive numbers (what a log axis can show)."""
-    a = np.asarray(values, dtype=np.float64)
-    if a.ndim != 1 or a.size == 0:
-        raise ValueError(f"{name}: expected a non-empty 1-D sequence, got shape {a.shape}")
-    if not np.all(np.isfinite(a) & (a > 0)):
-        raise ValueError(f"{name}: expected finite positive numbers, got {a.tolist()}")
-    return a
-
-
-def _series(name: str, values, n: int, *, allow_missing: bool = False) -> np.ndarray:
-    """One y-series of length n; None/NaN marks a missing point when allow_missing."""
-    a = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-    if a.shape != (n,):
-        raise ValueError(f"{name}: expected {n} values (one per N), got {a.shape[0]}")
-    ok = np.isnan(a) if allow_missing else np.zeros(n, dtype=bool)
-    if not np.all(ok | (np.isfinite(a) & (a > 0))):
-        raise ValueError(f"{name}: expected finite positive numbers, got {a.tolist()}")
-    return a
-
-
-_UNITS = {
-    "bytes": [(1024.0**k, u) for k, u in enumerate(["B", "KiB", "MiB", "GiB", "TiB"])],
-    "seconds": [(1e-9, "ns"), (1e-6, "us"), (1e-3, "ms"), (1.0, "s")],
-    "flops": [(1.0, "FLOP"), (1e3, "KFLOP"), (1e6, "MFLOP"), (1e9, "GFLOP"), (1e12, "TFLOP"),
-              (1e15, "PFLOP")],
-}
-
-
-def _unit(kind: str, largest: float) -> tuple[float, str]:
-    """The largest unit of `kind` that keeps `largest` >= 1 (e.g. 3e6 bytes -> MiB)."""
-    scale, name = _UNITS[kind][0]
-    for s, u in _UNITS[kind]:
-        if largest >= s:
-            scale, name = s, u
-    return scale, name
-
-
-def _fmt(kind: str, value: float) -> str:
-    scale, unit = _unit(kind, value)
-    return f"{value / scale:.3g} {unit}"
-
-
-def _ratio(r: float) -> str:
-    return f"{r:.0f}x" if r >= 10 else f"{r:.1f}x"
-
-
-def _new_axes():
-    fig = Figure(figsize=SIZE_IN)
-    return fig, fig.subplots()
-
-
-def _plain_log_labels(axis) -> None:
-    """Ticks on a log axis at 1, 2, 5 per decade, labelled as plain numbers (20, 0.5) rather
-    than 2x10^1, so even an axis spanning less than a decade has labels to read."""
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    axis.set_minor_formatter(NullFormatter())
-
-
-def _n_ticks(ax, n) -> None:
-    """The x axis of a sweep: one labelled tick per N that was run."""
-    ax.set_xlabel(N_LABEL)
-    ax.set_xticks(n)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.xaxis.set_minor_locator(NullLocator())
-    _plain_log_labels(ax.yaxis)
-
-
-def _finish(fig, ax, title: str, path) -> Figure:
-    ax.set_title(textwrap.fill(title, 72), fontsize=11)
-    ax.grid(True, which="major", alpha=0.3)
-    fig.tight_layout()
-    if path is not None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="png", dpi=150)
-    return fig
 
 
 def _lines_vs_n(ax, n, series: dict, kind: str, what: str) -> dict:
@@ -184,7 +120,8 @@ def plot_time_vs_n(n, seconds_by_method: dict, *, device="", title=None, path=No
 
 def plot_bytes_vs_n(n, bytes_by_method: dict, *, title=None, path=None):
     """HBM traffic against N, log-log: bytes_by_method[method][source] -> bytes per N, with
-    source one of "counted", "measured", "modeled" (a line style each; a colour per method).
+    source one of "counted", "unique", "measured", "modeled" (a line style each; a colour per
+    method).
     None or NaN marks an N where a source has no figure (e.g. no ncu)."""
     n = _positive("n", n)
     if not isinstance(bytes_by_method, dict) or not bytes_by_method:
@@ -260,13 +197,14 @@ def plot_roofline(kernels, device, *, dtype="fp32", title=None, path=None):
     ax.axvline(ridge, color="gray", ls=":", lw=1)
     ax.annotate(f"ridge {ridge:.3g} FLOP/B", (ridge, peak / scale), textcoords="offset points",
                 xytext=(4, -12), fontsize=8, color="gray")
-    for name, x, y, measured in pts:
+    for _, x, y, measured in pts:
         ax.plot([max(x, 1e-3)], [y / scale], "o", ms=7, mfc="C1" if measured else "none",
                 mec="C1")
-        ax.annotate(name, (max(x, 1e-3), y / scale), textcoords="offset points", xytext=(5, 4),
-                    fontsize=8)
-    ax.plot([], [], "o", mfc="C1", mec="C1", label="achieved (measured time)")
-    ax.plot([], [], "o", mfc="none", mec="C1", label="on the roof (modeled)")
+    kinds = {measured for *_, measured in pts}  # the legend lists only what is drawn
+    if True in kinds:
+        ax.plot([], [], "o", mfc="C1", mec="C1", label="achieved (measured time)")
+    if False in kinds:
+        ax.plot([], [], "o", mfc="none", mec="C1", label="on the roof (modeled, not timed)")
     _plain_log_labels(ax.xaxis)
     _plain_log_labels(ax.yaxis)
     ax.set_xlabel("arithmetic intensity (FLOP/byte of HBM traffic)")
@@ -274,37 +212,57 @@ def plot_roofline(kernels, device, *, dtype="fp32", title=None, path=None):
     ax.legend(fontsize=8, loc="lower right")
     if title is None:
         below = [p[0] for p in pts if p[1] < ridge]
-        who = f"all {len(pts)}" if len(below) == len(pts) else f"{len(below)} of {len(pts)}"
-        title = (f"{who} kernels are memory-bound on {spec['name']} ({dtype} ridge "
-                 f"{ridge:.3g} FLOP/byte)")
-    return _finish(fig, ax, title, path)
+        who = (("the kernel is" if len(pts) == 1 else "both kernels are" if len(pts) == 2
+                else f"all {len(pts)} kernels are") if len(below) == len(pts) else
+               f"{len(below)} of {len(pts)} kernels are")
+        title = f"{who} memory-bound on {spec['name']} ({dtype} ridge {ridge:.3g} FLOP/byte)"
+    fig = _finish(fig, ax, title, None)
+    label_points(ax, [max(p[1], 1e-3) for p in pts], [p[2] / scale for p in pts],
+                 [p[0] for p in pts])
+    return _save(fig, path)
 
 
-def plot_memory_trace(traces: dict, phases, *, title=None, path=None):
-    """Memory held after each step of a training step (forward, recompute, backward), one line
-    per schedule in `traces` (name -> bytes per step). `phases` shades the first schedule's
-    steps: (start, end, kind) spans steps start..end-1, kind forward/recompute/backward."""
+def plot_memory_trace(traces: dict, phases, *, clocks: dict | None = None, title=None,
+                      path=None):
+    """Memory held after each event of a training step (forward, recompute, backward), one
+    line per schedule in `traces` (name -> bytes per event). `phases` shades the first
+    schedule's events: (start, end, kind) spans events start..end-1, kind forward/recompute/
+    backward. `clocks` (name -> hardware FLOPs done at each event, Ledger.flops_clock) puts
+    every schedule on one x axis, the work done so far, so that a schedule that recomputes
+    takes visibly longer; without it the x axis is the event index of each trace alone."""
     if not isinstance(traces, dict) or not traces:
         raise ValueError(f"traces: expected a non-empty dict name -> bytes per step: {traces!r}")
-    ys = {}
+    ys, xs = {}, {}
     for name, values in traces.items():
         y = np.asarray(values, dtype=np.float64)
         if y.ndim != 1 or y.size == 0 or not np.all(np.isfinite(y) & (y >= 0)):
             raise ValueError(f"traces[{name!r}]: expected non-negative bytes per step: {values}")
         ys[name] = y
+        x = np.arange(len(y), dtype=np.float64) if clocks is None else np.asarray(
+            clocks.get(name, ()), dtype=np.float64)
+        if x.shape != y.shape or np.any(np.diff(x) < 0):
+            raise ValueError(f"clocks[{name!r}]: expected {len(y)} non-decreasing values")
+        xs[name] = x
     first = next(iter(ys))
     spans = _check_phases(phases, len(ys[first]))
     scale, unit = _unit("bytes", max(float(y.max()) for y in ys.values()))
+    xscale, xunit = (1.0, "") if clocks is None else _unit(
+        "flops", max(float(x.max()) for x in xs.values()) or 1.0)
     fig, ax = _new_axes()
+    edges = np.concatenate([[0.0], xs[first]]) / xscale  # event k spans edges[k]..edges[k+1]
     for start, end, kind in spans:
-        ax.axvspan(start - 0.5, end - 0.5, color=PHASE_COLOR[kind], alpha=0.15, lw=0)
+        lo, hi = ((start - 0.5, end - 0.5) if clocks is None
+                  else (edges[start], edges[end]))
+        ax.axvspan(lo, hi, color=PHASE_COLOR[kind], alpha=0.15, lw=0)
     for name, y in ys.items():
-        ax.step(np.arange(len(y)), y / scale, where="mid", label=name)  # x: step index
+        ax.step(xs[name] / xscale, y / scale, where="post" if clocks else "mid", label=name)
     handles, _ = ax.get_legend_handles_labels()
     kinds = [k for k in PHASE_COLOR if any(s[2] == k for s in spans)]
     handles += [Patch(color=PHASE_COLOR[k], alpha=0.3, label=f"{k} ({first})") for k in kinds]
     ax.legend(handles=handles, fontsize=8)
-    ax.set_xlabel("step (ops in execution order)")
+    ax.set_xlabel("event (ops in execution order)" if clocks is None else
+                  f"work done so far in the step: hardware {xunit}s (forward, recompute, "
+                  "backward)")
     ax.set_ylabel(f"memory held ({unit})")
     ax.set_ylim(bottom=0)
     if title is None:
@@ -339,47 +297,3 @@ def _trace_takeaway(ys: dict, spans: list) -> str:
     r = max(peak[a], peak[b]) / max(min(peak[a], peak[b]), 1.0)
     return (f"{a} peaks at {_fmt('bytes', peak[a])} vs {_fmt('bytes', peak[b])} for {b} "
             f"({_ratio(r)} {word})")
-
-
-def pareto_front(points) -> list[int]:
-    """Indices of the (x, y) points no other point beats on both (lower is better for both)."""
-    pts = [(float(x), float(y)) for x, y in points]
-    return [i for i, (x, y) in enumerate(pts)
-            if not any(x2 <= x and y2 <= y and (x2, y2) != (x, y) for x2, y2 in pts)]
-
-
-def plot_pareto(schedules, *, title=None, path=None):
-    """Peak memory against recompute FLOPs, one point per schedule (dicts with name, peak_bytes,
-    recompute_flops); the Pareto-optimal ones joined by the frontier, the others grey."""
-    if not schedules:
-        raise ValueError("schedules: expected dicts with name, peak_bytes, recompute_flops")
-    for k, s in enumerate(schedules):
-        missing = [key for key in ("name", "peak_bytes", "recompute_flops") if key not in s]
-        if missing:
-            raise ValueError(f"schedules[{k}]: missing {missing}")
-        if not (s["peak_bytes"] >= 0 and s["recompute_flops"] >= 0):
-            raise ValueError(f"schedules[{k}]: expected non-negative peak_bytes and FLOPs: {s}")
-    xs = np.array([s["recompute_flops"] for s in schedules], dtype=np.float64)
-    ys = np.array([s["peak_bytes"] for s in schedules], dtype=np.float64)
-    front = pareto_front(zip(xs, ys, strict=True))
-    fscale, funit = _unit("flops", max(float(xs.max()), 1.0))
-    bscale, bunit = _unit("bytes", max(float(ys.max()), 1.0))
-    fig, ax = _new_axes()
-    order = sorted(front, key=lambda i: xs[i])
-    ax.step(xs[order] / fscale, ys[order] / bscale, where="post", color="C0", lw=1,
-            label="Pareto frontier")
-    for i, s in enumerate(schedules):
-        on = i in front
-        ax.plot(xs[i] / fscale, ys[i] / bscale, "o", color="C0" if on else "0.6", ms=7)
-        ax.annotate(s["name"], (xs[i] / fscale, ys[i] / bscale), textcoords="offset points",
-                    xytext=(5, 4), fontsize=8)
-    ax.set_xlabel(f"recompute FLOPs per training step ({funit})")
-    ax.set_ylabel(f"peak activation memory ({bunit})")
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8)
-    if title is None:
-        best = min(range(len(schedules)), key=lambda i: (ys[i], xs[i]))
-        title = (f"{len(front)} of {len(schedules)} schedules are Pareto-optimal; "
-                 f"{schedules[best]['name']} holds least ({_fmt('bytes', ys[best])}) for "
-                 f"{_fmt('flops', xs[best])} of recompute")
-    return _finish(fig, ax, title, path)

@@ -81,6 +81,12 @@ class LaunchTime:
         return "compute" if self.compute_s > self.memory_s else "memory"
 
 
+def short_name(device) -> str:
+    """'A100-SXM4-80GB' -> 'A100', 'RTX-4090' -> 'RTX-4090': a column label."""
+    name = roofline.spec(device)["name"]
+    return name if name.startswith("RTX") else name.split("-")[0]
+
+
 def launch_time(kernel: str, blocks: int, threads: int, flops, nbytes, device,
                 dtype: str = "fp32", res: occupancy.Resources | None = None) -> LaunchTime:
     """Modeled time of one launch of `kernel` (`blocks` blocks of `threads` threads doing `flops`
@@ -101,22 +107,33 @@ def launch_time(kernel: str, blocks: int, threads: int, flops, nbytes, device,
         share * nbytes / s["hbm_bytes_per_s"], LAUNCH_S, s["name"], dtype, res.source)
 
 
+def resources_note(device) -> str:
+    """Where the registers and shared memory behind the waves come from on `device`: the
+    compiler's report, or (no compiler) the tile table with registers unknown."""
+    arch = roofline.spec(device)["arch"]
+    return occupancy.resources("attn_naive_scores", arch).source
+
+
 # ---------------------------------------------------------------- bytes per launch
 
 
-def _scaled(per_arg: dict, element_bytes: int) -> float:
-    return sum(b if name in FP32_ARGS else b * element_bytes / 4 for name, b in per_arg.items())
+def _scaled(per_arg: dict, element_bytes: int) -> int:
+    """Bytes of fp32 elements at `element_bytes` an element (FP32_ARGS unchanged)."""
+    return sum(b if name in FP32_ARGS else b * element_bytes // 4 for name, b in per_arg.items())
 
 
 def launch_bytes(kt: traffic.KernelTraffic, dtype: str = "fp32") -> dict:
-    """{'unique': ..., 'counted': ...} bytes of one launch's model, at the element size of
-    `dtype` (FP32_ARGS and atomics stay 4 bytes)."""
+    """{'unique': ..., 'counted': ...} DRAM bytes of one launch's model at the element size of
+    `dtype` (FP32_ARGS and atomics stay 4 bytes: fp32 accumulators). An atomicAdd is a
+    read-modify-write: 2 x 4 bytes an operation with no cache, as unique bytes count an
+    atomically updated byte once read and once written; so unique <= counted here even where a
+    dQ element gets a single atomic (traffic's counted `bytes` count 4 bytes an operation)."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype: expected one of {sorted(DTYPES)}, got {dtype!r}")
     e = DTYPES[dtype]
     counted = {n: kt.read[n] + kt.write[n] for n in kt.read}
     unique = {n: kt.unique_read[n] + kt.unique_write[n] for n in kt.unique_read}
-    return {"counted": _scaled(counted, e) + kt.atomic_bytes,
+    return {"counted": _scaled(counted, e) + 2 * kt.atomic_bytes,
             "unique": _scaled(unique, e) + kt.unique_atomic_bytes}
 
 
@@ -188,3 +205,75 @@ def decomposition(values: dict) -> dict:
         raise ValueError(f"values: expected one number per method {CHAIN}, missing {missing}")
     n, s, f = (float(values[m]) for m in CHAIN)
     return {"fusion": n / s, "recompute": s / f, "product": n / f}
+
+
+
+def fills_one_wave(kernel: str, B, H, Nq, Nk, d, device) -> bool:
+    """Whether a launch of `kernel` has at least as many blocks as the GPU runs at once."""
+    s = roofline.spec(device)
+    blocks, threads = occupancy.geometry(kernel, B, H, Nq, Nk, d)
+    resident, _ = occupancy.resident_blocks(threads, occupancy.resources(kernel, s["arch"]), s)
+    return blocks >= s["sms"] * resident
+
+
+def fills_waves_from(B, H, d, device, methods=CHAIN, *, causal=False, deterministic=False,
+                     n_max: int = 1 << 20) -> int | None:
+    """The smallest power-of-two N (Nq = Nk) at which every launch of `methods` fills at least
+    one wave on `device`: below it some launch runs on part of the GPU and the model mostly
+    says launch costs and partial waves; from it on, the roofline term means something. None if
+    no N up to n_max does."""
+    names = {kt.kernel for m in methods
+             for kt in traffic.launches(m, 1, 1, 1, 1, d, causal, deterministic)}
+    n = 64
+    while n <= n_max:
+        if all(fills_one_wave(k, B, H, n, n, d, device) for k in names):
+            return n
+        n *= 2
+    return None
+
+
+# ---------------------------------------------------------------- when recompute stops paying
+
+
+def rule_of_thumb(gpu, dtype: str) -> float:
+    """The head dim below which recompute pays on the roofline, e R / 7: per (i, j) pair flash
+    recomputes S (2 d more FLOPs: 14 d, against stored's 12 d) and stored moves its tile data
+    twice (2 e more bytes, e bytes an element). At large N, with operand bytes neglected, flash
+    is compute-bound (14 d / peak) and stored takes max(12 d / peak, 2 e / bandwidth): recompute
+    pays while 2 e R > 14 d. Past it both are compute-bound and the gain is 12 / 14."""
+    return DTYPES[dtype] * roofline.ridge_point(gpu, dtype) / 7
+
+
+def recompute_gains(gpus, dtypes, ds, *, N, B=1, H=16, causal=False,
+                    deterministic=False) -> list[dict]:
+    """One row per (GPU, dtype, d): modeled stored and flash times at both bounds and the
+    recompute gain stored / flash at each (> 1: recompute pays; unique bytes: the times' lower
+    bounds, counted: the upper)."""
+    rows = []
+    for gpu in gpus:
+        name = roofline.spec(gpu)["name"]
+        for dtype in dtypes:
+            for d in ds:
+                t = {m: method_time(m, B, H, N, N, d, name, causal=causal,
+                                    deterministic=deterministic, dtype=dtype)
+                     for m in ("stored", "flash")}
+                rows.append(dict(
+                    gpu=name, dtype=dtype, ridge=roofline.ridge_point(name, dtype), d=d, N=N, B=B,
+                    H=H, causal=causal, stored_lo_s=t["stored"].lower,
+                    stored_hi_s=t["stored"].upper, flash_lo_s=t["flash"].lower,
+                    flash_hi_s=t["flash"].upper,
+                    gain_unique=t["stored"].lower / t["flash"].lower,
+                    gain_counted=t["stored"].upper / t["flash"].upper,
+                    rule_of_thumb_d=rule_of_thumb(name, dtype), source="modeled"))
+    return rows
+
+
+def crossings(rows: list[dict], key: str = "gain_unique") -> dict:
+    """(gpu, dtype) -> the smallest d of the sweep whose gain is below 1 (None: recompute pays at
+    every d swept)."""
+    out: dict = {}
+    for r in sorted(rows, key=lambda r: r["d"]):
+        out.setdefault((r["gpu"], r["dtype"]), None)
+        if r[key] < 1 and out[(r["gpu"], r["dtype"])] is None:
+            out[(r["gpu"], r["dtype"])] = r["d"]
+    return out

@@ -170,6 +170,7 @@ def _time_cuda(fn, repeats: int, warmup: int, flush_l2: bool, hold_stream: bool 
     flush = cp.empty(max(2 * l2_bytes, 1 << 20), dtype=cp.uint8) if flush_l2 else None  # (2*L2,)
     start, end = cp.cuda.Event(), cp.cuda.Event()
     stream = _StreamHold(cp) if hold_stream else None
+    blind = False
     try:
         if stream is not None:
             stream.hold()  # compiles the hold kernel before anything is timed
@@ -177,6 +178,10 @@ def _time_cuda(fn, repeats: int, warmup: int, flush_l2: bool, hold_stream: bool 
         for _ in range(warmup):
             fn()
         dev.synchronize()
+        if stream is not None and stream.guard_hit():  # released at once, yet the guard fired:
+            blind = True  # the GPU does not see the host's write; time host-driven instead
+            stream.free()
+            stream = None
         samples, guarded = [], 0
         for _ in range(repeats):
             if flush is not None:
@@ -197,8 +202,11 @@ def _time_cuda(fn, repeats: int, warmup: int, flush_l2: bool, hold_stream: bool 
         dev.synchronize()
         if stream is not None:
             stream.free()
-    how = ("CUDA events, stream held until fn was queued (host time excluded)" if hold_stream
+    how = ("CUDA events, stream held until fn was queued (host time excluded)" if stream
            else "CUDA events, host-driven (host time between launches included)")
+    if blind:
+        how += ("; the stream hold was unavailable: the GPU did not see the host's release in "
+                "mapped pinned memory")
     if guarded:
         how += (f" except in {guarded} repeat(s) where fn waited for the GPU or queued for over "
                 f"{HOLD_GUARD_S * 1e3:.0f} ms: those include host time")

@@ -4,85 +4,142 @@ checkpoint(fn, x) runs fn under no_grad, so nothing inside is saved; the graph g
 holding x. Its backward re-runs fn with grad on a detached copy of x (the RNG state restored,
 so dropout redraws the same masks), backpropagates through that local graph, and hands x its
 gradient. Nested checkpoints work: a recompute builds inner checkpoint nodes in turn.
+Arguments that are not Tensors (None, numbers, ...) pass through to fn as they are; fn may
+return one Tensor or a tuple (Tensors and other values), as torch.utils.checkpoint allows.
 run_plan runs a chain of blocks as a plan (ckptlab.recompute.plan) says.
 """
 
 from __future__ import annotations
 
+import zlib
+
+import numpy as np
+
 from ckptlab.engine import tape
 from ckptlab.engine.tape import ReplayError
-from ckptlab.engine.tensor import Tensor, make
+from ckptlab.engine.tensor import Tensor, make, xp_of
 from ckptlab.recompute.plan import Seg, check_plan, resolve_policy, uniform_plan
 
-CHECKS = ("none", "shape", "value")
+CHECKS = ("none", "default", "value")
 
 
 class DeterminismError(ReplayError):
     """A checkpoint's recompute did not reproduce its first forward."""
 
 
-def checkpoint(fn, *inputs, preserve_rng_state: bool = True, determinism_check: str = "shape",
-               policy=None) -> Tensor:
-    """y = fn(*inputs), holding only `inputs` (and, with a policy, the stored op outputs).
+def checkpoint(fn, *args, preserve_rng_state: bool = True, determinism_check: str = "default",
+               policy=None):
+    """y = fn(*args), holding only the Tensor arguments (and, with a policy, the stored op
+    outputs) until the backward, where fn runs again.
 
     preserve_rng_state=False is the classic bug, kept for the labs: the recompute draws new
-    dropout masks, so the gradient is silently wrong. determinism_check: "shape" compares the
-    recomputed output's shape and dtype (cheap, like PyTorch's default), "value" also its
-    values bit for bit (keeps a reference to the original output; the ledger counts it),
-    "none" skips the check."""
+    dropout masks, so the gradient is silently wrong. determinism_check:
+      "default"  as PyTorch's default: the recompute must run the same ops, in the same order,
+                 with outputs of the same shapes and dtypes (PyTorch compares the tensors each
+                 pass saves; here the first pass saves nothing, so every op's output is
+                 compared), and the Tensor arguments must not have changed in place, inside
+                 fn or between forward and backward (a checksum of their bytes: CRC-32 with
+                 NumPy; on a GPU the sum of the bytes, which a permutation passes);
+      "value"    also the output's values, bit for bit (keeps a reference to the first output;
+                 the ledger counts it): catches a redrawn dropout mask;
+      "none"     no check, no checksums.
+    A checkpoint whose function reads no tensor that requires grad returns outputs that do not
+    require grad either, so backward() through them raises, as in PyTorch."""
     if not callable(fn):
         raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
-    for k, x in enumerate(inputs):
-        if not isinstance(x, Tensor):
-            raise TypeError(f"inputs[{k}]: expected a Tensor, got {type(x).__name__}")
     if determinism_check not in CHECKS:
         raise ValueError(f"determinism_check: expected one of {CHECKS}, got "
                          f"{determinism_check!r}")
     policy = resolve_policy(policy) if policy is not None else None
     if not tape.is_grad_enabled():
-        return _output(fn(*inputs))
+        return _outputs(fn(*args))[0]
     if tape.current_store() is not None:
         raise RuntimeError("checkpoint: a checkpoint inside a selective checkpoint's recompute "
                            "is not supported (the replayed values would be misattributed)")
+    tensors = [x for x in args if isinstance(x, Tensor)]
+    check = determinism_check != "none"
+    sums = _checksums(tensors) if check else None
     rng_state = tape.rng_state()
     recompute_ops = tape.recompute_ops()  # the recompute runs its ops as the first pass did
     store = tape.ValueStore(policy) if policy is not None else None
-    with tape.no_grad(), tape.storing(store):
-        y = _output(fn(*inputs))
-    first = y.data if determinism_check == "value" else None
-    shape, dtype = y.shape, y.dtype
+    with tape.no_grad(), tape.storing(store), tape.tracing(tape.Trace()) as first:
+        y, outs = _outputs(fn(*args))
+    if check:
+        _same_inputs(tensors, sums, "fn changed it in place during the first forward")
     stored = [v for _, v in store.values] if store is not None else []
+    kept = [o.data for o in outs] if determinism_check == "value" else None
+    meta = [(o.shape, o.dtype) for o in outs]
+    if not first.grad and not any(x.requires_grad for x in tensors):
+        return y  # nothing here wants a gradient: no node, as PyTorch's output would have none
 
-    def backward(g):
+    def recompute(grads):
+        if check:
+            _same_inputs(tensors, sums, "it was changed in place between the forward and the "
+                                        "backward")
         now = tape.rng_state()
         if preserve_rng_state:
             tape.set_rng_state(rng_state)
         if store is not None:
             store.start_replay()
         try:
-            local = [_local(x) for x in inputs]
-            with tape.enable_grad(), tape.phase("recompute"), \
-                    tape.storing(store), tape.recomputing(recompute_ops):
-                y2 = _output(fn(*local))
+            local = [_local(x) if isinstance(x, Tensor) else x for x in args]
+            with tape.enable_grad(), tape.phase("recompute"), tape.storing(store), \
+                    tape.recomputing(recompute_ops), tape.tracing(tape.Trace()) as second:
+                _, outs2 = _outputs(fn(*local))
         finally:
             if preserve_rng_state:
                 tape.set_rng_state(now)
         if store is not None:
             store.check_used_all()
-        _check(y2, shape, dtype, first)
-        if y2.node is not None:
-            tape.backward(y2.node, g)
-        for x, xl in zip(inputs, local, strict=True):
-            if x.node is not None and xl.grad is not None:
+        if check:
+            _check(first.ops, second.ops, meta, outs2, kept)
+        pairs = [(o.node, g) for o, g in zip(outs2, grads, strict=True)
+                 if o.node is not None and g is not None]
+        if pairs:
+            tape.backward([n for n, _ in pairs], [g for _, g in pairs])
+        tape.free(o.node for o in outs2 if o.node is not None)  # outputs no gradient reached
+        for x, xl in zip(args, local, strict=True):
+            if isinstance(x, Tensor) and x.node is not None and xl.grad is not None:
                 x.node.add_grad(xl.grad)
 
-    out = make(y.data, "checkpoint", inputs, backward, saved=inputs, force=True,
-                        kind="checkpoint")  # the snapshot: inputs held until the backward
+    with tape.tracing(None):  # this node is not one of fn's ops (an outer trace has them)
+        if not isinstance(y, tuple):
+            out = make(y.data, "checkpoint", tensors, lambda g: recompute([g]), saved=tensors,
+                       force=True, kind="checkpoint")  # the snapshot: inputs held until backward
+            hub = out.node
+        else:
+            hub, out = _tuple_node(y, outs, tensors, recompute)
     led = tape.current_ledger()
-    extra = stored + ([first] if first is not None else [])
+    extra = stored + (kept or [])
     if led is not None and extra:
-        out.node.saved += led.acquire(extra, tape.current_phase(), "stored")
+        hub.saved += led.acquire(extra, tape.current_phase(), "stored")
     return out
+
+
+def _tuple_node(y: tuple, outs: list, tensors: list, recompute):
+    """A tuple output: one node holds the snapshot and recomputes once, with the gradients of
+    all outputs; each output Tensor gets a node that hands its gradient to that one."""
+    grads = [None] * len(outs)
+    hub = make(outs[0].data if outs else np.zeros(()), "checkpoint", tensors,
+               lambda _: recompute(grads), saved=tensors, force=True, kind="checkpoint").node
+    hub.shape = None  # gradients reach it only through the outputs' nodes below
+
+    def hand_over(k):
+        def backward(g):
+            grads[k] = g if grads[k] is None else grads[k] + g
+            hub.grad = grads  # marks the node as reached
+        return backward
+
+    result, k = [], 0
+    for item in y:
+        if isinstance(item, Tensor):
+            t = Tensor._wrap(item.data)
+            t.node = tape.Node("checkpoint output", (hub,), hand_over(k), item.data.shape)
+            result.append(t)
+            k += 1
+        else:
+            result.append(item)
+    return hub, tuple(result)
 
 
 def _local(x: Tensor) -> Tensor:
@@ -93,22 +150,65 @@ def _local(x: Tensor) -> Tensor:
     return t
 
 
-def _output(y) -> Tensor:
-    if not isinstance(y, Tensor):
-        raise TypeError(f"checkpoint: fn must return one Tensor, got {type(y).__name__}")
-    return y
+def _outputs(y) -> tuple:
+    """(y, the Tensors in it): fn returns a Tensor, or a tuple holding at least one."""
+    outs = [y] if isinstance(y, Tensor) else \
+        [t for t in y if isinstance(t, Tensor)] if isinstance(y, tuple) else []
+    if not outs:
+        raise TypeError(f"checkpoint: fn must return a Tensor or a tuple with Tensors in it, "
+                        f"got {type(y).__name__}")
+    return y, outs
 
 
-def _check(y2: Tensor, shape, dtype, first) -> None:
-    if y2.shape != shape or y2.dtype != dtype:
-        raise DeterminismError(f"checkpoint: the recompute returned {y2.shape} {y2.dtype}, the "
-                               f"first forward {shape} {dtype}")
-    if first is not None and not (y2.data == first).all():
-        diff = float(abs(y2.data - first).max())
+def _checksum(a):
+    """A checksum of an array's bytes: CRC-32 for NumPy; on a GPU (CuPy) the sum of the bytes
+    on the device (a permutation of the bytes passes)."""
+    if isinstance(a, np.ndarray):
+        return zlib.crc32(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+    xp = xp_of(a)
+    return xp.ascontiguousarray(a).reshape(-1).view(xp.uint8).sum(dtype=xp.uint64)
+
+
+def _checksums(tensors) -> list:
+    return [_checksum(x.data) for x in tensors]
+
+
+def _same_inputs(tensors, sums, why: str) -> None:
+    for k, (x, s) in enumerate(zip(tensors, sums, strict=True)):
+        if int(_checksum(x.data)) != int(s):
+            raise DeterminismError(
+                f"checkpoint: Tensor argument {k} (shape {x.shape}) is not what the first "
+                f"forward read: {why}. The recompute would use the new values and give a wrong "
+                "gradient: do not modify a checkpoint's inputs in place (use ops that return "
+                "new tensors, or pass a copy).")
+
+
+def _op(ops: list, k: int) -> str:
+    return f"{ops[k][0]} -> {ops[k][1]} {ops[k][2]}" if k < len(ops) else "nothing (it stopped)"
+
+
+def _check(first: list, second: list, meta: list, outs2: list, kept) -> None:
+    """The recompute ran the ops of the first pass, and returned the same outputs."""
+    if first != second:
+        k = next((i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b),
+                 min(len(first), len(second)))
         raise DeterminismError(
-            f"checkpoint: the recomputed output differs from the first forward (max |diff| = "
-            f"{diff:.3g}, shape {shape}). Something random was redrawn: dropout with "
-            "preserve_rng_state=False draws new masks on recompute.")
+            f"checkpoint: the recompute ran other ops than the first forward ({len(second)} "
+            f"ops, the first pass {len(first)}): op {k} was {_op(first, k)} in the first "
+            f"forward, {_op(second, k)} in the recompute. fn must run the same ops each call.")
+    got = [(o.shape, o.dtype) for o in outs2]
+    if got != meta:
+        raise DeterminismError(f"checkpoint: the recompute returned {got}, the first forward "
+                               f"{meta}")
+    for k, (o, y) in enumerate(zip(outs2, kept, strict=True) if kept is not None else ()):
+        if not (o.data == y).all():
+            diff = float(abs(o.data - y).max())
+            raise DeterminismError(
+                f"checkpoint: recomputed output {k} differs from the first forward (max |diff| "
+                f"= {diff:.3g}, shape {o.shape}) though fn ran the same ops on unchanged "
+                "inputs: something it reads besides its arguments changed. Most often a "
+                "random draw (dropout with preserve_rng_state=False draws new masks on "
+                "recompute); else a parameter or other state fn reads, changed in between.")
 
 
 def run_plan(blocks, plan, x: Tensor, **kwargs) -> Tensor:
@@ -125,7 +225,7 @@ def run_plan(blocks, plan, x: Tensor, **kwargs) -> Tensor:
 
 def checkpoint_sequential(blocks, x: Tensor, segments: int | None = None, plan=None, *,
                           preserve_rng_state: bool = True,
-                          determinism_check: str = "shape") -> Tensor:
+                          determinism_check: str = "default") -> Tensor:
     """Run blocks[0], blocks[1], ... on x, checkpointed.
 
     segments=k: k uniform checkpointed segments (as torch.utils.checkpoint.checkpoint_sequential,

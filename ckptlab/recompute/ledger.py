@@ -42,6 +42,7 @@ class Ledger:
         self.peak = 0
         self.flops = {p: 0 for p in PHASES}
         self.events = [] if timeline else None  # (phase, bytes after the event)
+        self.clock = [] if timeline else None  # hardware FLOPs done when each event happened
         self.checkpoints = 0  # buffers held by checkpoint nodes now (snapshots)
         self.peak_checkpoints = 0
         self._held = {}  # id(root) -> [root, refs, checkpoint refs]
@@ -73,8 +74,12 @@ class Ledger:
             keys.append((key, kind == "checkpoint"))
         self.peak = max(self.peak, self.bytes)
         if keys and self.events is not None:
-            self.events.append((phase, self.bytes))
+            self._event(phase)
         return keys
+
+    def _event(self, phase: str) -> None:
+        self.events.append((phase, self.bytes))
+        self.clock.append(sum(self.flops.values()))
 
     def release(self, keys, phase: str) -> None:
         """Undo one acquire: buffers whose last holder went are no longer counted."""
@@ -89,7 +94,7 @@ class Ledger:
                 self.bytes -= int(entry[0].nbytes)
                 del self._held[key]
         if keys and self.events is not None:
-            self.events.append((phase, self.bytes))
+            self._event(phase)
 
     # ---------------------------------------------------------------------------- labels
     def _name(self, root, label: str) -> None:
@@ -132,6 +137,11 @@ class Ledger:
     def hardware_flops(self) -> int:
         """What the machine executed: model FLOPs plus every recompute."""
         return self.model_flops + self.flops["recompute"]
+
+    def flops_clock(self) -> list:
+        """Hardware FLOPs done (forward, recompute and backward so far) at each timeline event:
+        one clock for every schedule of the same model, on which recompute takes its time."""
+        return list(self.clock or [])
 
     def timeline(self):
         """(bytes after each event, phase spans [(start, end, phase)]) for plots.memory_trace."""

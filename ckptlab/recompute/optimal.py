@@ -80,18 +80,25 @@ def optimal_plan(prof, budget_bytes) -> list:
     """The plan over all stages of `prof` with the fewest recompute FLOPs among those whose
     peak saved bytes is at most `budget_bytes`.
 
-    frontier(c, d, held) lists the Pareto-optimal (peak, cost) of a level over [c, d) (held:
-    x_c is already kept by the enclosing Seg). Its first item is either
-      plain c:     peak = a_c (+ x_c if c saves its input and it is not held) + rest's peak
+    frontier(c, d, held, inner) lists the Pareto-optimal (peak, cost) of a level over [c, d),
+    peak counted above what is already held; held: x_c is already kept (by the enclosing Seg,
+    or by the previous plain stage that saves its output x_c: one buffer, counted once);
+    inner: the level is a Seg's inside (a Seg over all of it would only recompute twice).
+    Its first item is either
+      plain c:     peak = a_c + (x_c if c saves its input, unless held)
+                          + (x_{c+1} if c saves its output) + rest's peak (x_{c+1} then held),
       Seg [c, e):  peak = (x_c unless held) + max(inner level's peak, rest's peak),
                    cost = F(c..e-1) + inner cost + rest cost.
-    Stages outside the blocks (prof.fixed) are always plain. Memoised on the stage contents
-    of [c, d), so a uniform chain of L blocks costs O(L) states rather than O(L^2)."""
+    Nothing outside [c, d) but x_c is held in common with the level: the items after a Seg
+    are released before its recompute. Stages outside the blocks (prof.fixed) are always
+    plain. Memoised on the stage contents of [c, d), so a uniform chain of L blocks costs
+    O(L) states rather than O(L^2)."""
     st, fixed = prof.stages, prof.fixed
     n = len(st)
     x = [s.in_bytes for s in st]
     si = ["in" in s.saved for s in st]
-    a = [sum(b for k, b in s.saved.items() if k != "in") for s in st]  # "out" included: safe
+    so = [s.saved.get("out", 0) for s in st]  # x_{c+1}'s bytes if stage c saves its output
+    a = [sum(b for k, b in s.saved.items() if k not in ("in", "out")) for s in st]
     F = [s.fwd_flops for s in st]
     prefix = [0]
     for f in F:
@@ -100,47 +107,48 @@ def optimal_plan(prof, budget_bytes) -> list:
     ids = {}
     for c in range(n):
         for d in range(c + 1, n + 1):
-            t = kinds.setdefault((x[d - 1], a[d - 1], si[d - 1], F[d - 1], fixed[d - 1]),
-                                 len(kinds))
+            t = kinds.setdefault((x[d - 1], a[d - 1], si[d - 1], so[d - 1], F[d - 1],
+                                  fixed[d - 1]), len(kinds))
             sig[c][d] = ids.setdefault((sig[c][d - 1] if d - 1 > c else -1, t), len(ids))
     memo = {}
 
-    def frontier(c: int, d: int, held: bool) -> list:
-        key = (sig[c][d], held)
+    def frontier(c: int, d: int, held: bool, inner: bool) -> list:
+        key = (sig[c][d], held, inner)
         if key in memo:
             return memo[key]
         points = []
-        h = a[c] + (x[c] if si[c] and not held else 0)
+        h = a[c] + (x[c] if si[c] and not held else 0) + so[c]
         if c + 1 == d:
             points.append((h, 0, ("plain", None)))
         else:
             points += [(h + p, cost, ("plain", j))
-                       for j, (p, cost, _) in enumerate(frontier(c + 1, d, False))]
+                       for j, (p, cost, _) in enumerate(frontier(c + 1, d, so[c] > 0, False))]
         hold = 0 if held else x[c]
         for e in range(c + 1, d + 1):
-            if fixed[e - 1] or (e == d and held):
+            if fixed[e - 1] or (e == d and inner):
                 break
-            sub, f = frontier(c, e, True), prefix[e] - prefix[c]
+            sub, f = frontier(c, e, True, True), prefix[e] - prefix[c]
             if e == d:
                 points += [(hold + p, cost + f, ("seg", e - c, i, None))
                            for i, (p, cost, _) in enumerate(sub)]
             else:
                 points += [(hold + p, cost + f, ("seg", e - c, i, j))
-                           for p, cost, (i, j) in _combine(sub, frontier(e, d, False))]
+                           for p, cost, (i, j) in _combine(sub, frontier(e, d, False, False))]
         memo[key] = _pareto(points)
         return memo[key]
 
-    def build(c: int, d: int, held: bool, k: int) -> list:
-        choice = memo[(sig[c][d], held)][k][2]
+    def build(c: int, d: int, held: bool, inner: bool, k: int) -> list:
+        choice = memo[(sig[c][d], held, inner)][k][2]
         if choice[0] == "plain":
-            return [c] + (build(c + 1, d, False, choice[1]) if choice[1] is not None else [])
+            rest = build(c + 1, d, so[c] > 0, False, choice[1]) if choice[1] is not None else []
+            return [c] + rest
         _, length, i, j = choice
-        rest = build(c + length, d, False, j) if j is not None else []
-        return [Seg(build(c, c + length, True, i))] + rest
+        rest = build(c + length, d, False, False, j) if j is not None else []
+        return [Seg(build(c, c + length, True, True, i))] + rest
 
-    top = frontier(0, n, False)
+    top = frontier(0, n, False, False)
     if budget_bytes < top[0][0]:
         raise ValueError(f"optimal: budget {int(budget_bytes)} bytes is below the minimum "
                          f"feasible peak {top[0][0]} bytes for this chain")
     k = max(i for i, p in enumerate(top) if p[0] <= budget_bytes)
-    return build(0, n, False, k)
+    return build(0, n, False, False, k)

@@ -8,7 +8,8 @@ peak, and the recompute FLOPs. Tests hold the engine's measured ledger to these 
     none                 store everything: peak ~ L blocks
     every(k), sqrt       uniform checkpointed segments; sqrt: round(sqrt L) of them, peak
                          ~ 2 sqrt(L) blocks for one extra forward (Chen et al. 2016)
-    chen_greedy(b)       Chen's greedy: close a segment before its saved bytes exceed b
+    chen_greedy(b)       Chen's Algorithm 3: close a segment with the block whose saved
+                         bytes take its running total over b
     revolve(s)           binomial checkpointing (Griewank & Walther) with s snapshots: the
                          fewest recomputed blocks for a uniform chain, multi-level
     optimal(bytes)       dynamic programming over the measured, heterogeneous chain: the least
@@ -27,8 +28,10 @@ import math
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ckptlab.recompute.optimal import optimal_plan, revolve_cost, revolve_plan
-from ckptlab.recompute.plan import Seg, check_plan, plan_blocks, uniform_plan
+from ckptlab.recompute.plan import POLICIES, Seg, check_plan, plan_blocks, uniform_plan
 from ckptlab.recompute.profile import Profile, StageProfile
 
 
@@ -111,20 +114,22 @@ def recompute_attention(L: int) -> Schedule:
 
 
 def chen_greedy(budget_bytes, prof) -> Schedule:
-    """Chen et al. 2016, Algorithm 3 (greedy): walk the blocks, adding each one's saved bytes to
-    the open segment; close the segment before it would exceed `budget_bytes`. The budget is
-    per segment (Chen's b), not the peak; every segment is checkpointed."""
+    """Chen et al. 2016, Algorithm 3 (memory planning with budget b), as published: walk the
+    blocks adding each one's saved bytes to a running total; when the total exceeds b, the
+    block just added closes its segment (a checkpoint after it) and the total restarts at 0.
+    So every closed segment is the shortest run whose bytes exceed b, and the blocks after the
+    last cut form a last segment of at most b. b is Chen's approximate per-segment budget, not
+    the peak; every segment is checkpointed."""
+    budget_bytes = _budget(budget_bytes, "chen_greedy")
     sizes = [sum(p.saved.values()) for p in _blocks(prof)]
-    if budget_bytes < max(sizes):
-        raise ValueError(f"chen_greedy: budget {int(budget_bytes)} bytes is below the minimum "
-                         f"feasible {max(sizes)} bytes (the largest block's saved bytes)")
-    segs, start, temp = [], 0, 0
+    segs, start, total = [], 0, 0
     for i, size in enumerate(sizes):
-        if temp + size > budget_bytes:
-            segs.append(Seg(range(start, i)))
-            start, temp = i, 0
-        temp += size
-    segs.append(Seg(range(start, len(sizes))))
+        total += size
+        if total > budget_bytes:
+            segs.append(Seg(range(start, i + 1)))
+            start, total = i + 1, 0
+    if start < len(sizes):
+        segs.append(Seg(range(start, len(sizes))))
     return Schedule(f"chen_greedy({int(budget_bytes)})", segs)
 
 
@@ -143,11 +148,23 @@ def optimal(budget_bytes, prof) -> Schedule:
     """The plan with the fewest recompute FLOPs whose predicted peak saved bytes (the whole
     step, stages around the blocks included) is at most `budget_bytes`. Raises ValueError
     naming the minimum feasible peak when the budget is below it."""
+    budget_bytes = _budget(budget_bytes, "optimal")
     full = optimal_plan(prof, budget_bytes)
     first, n = prof.first, prof.n_blocks
     plan = [_shift(item, -first) for item in full  # drop the plain stages around the blocks
             if isinstance(item, Seg) or first <= item < first + n]
     return Schedule(f"optimal({int(budget_bytes)})", plan)
+
+
+def _budget(budget_bytes, who: str):
+    """A budget in bytes: a finite real number >= 0 (NaN compares false with every peak, and
+    a budget that is infinite, or infinite once rounded, names no schedule)."""
+    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, (int, float, np.number)):
+        raise ValueError(f"{who}: budget must be a number of bytes, got {budget_bytes!r}")
+    if not math.isfinite(budget_bytes) or budget_bytes < 0:
+        raise ValueError(f"{who}: budget must be a finite number of bytes >= 0, got "
+                         f"{budget_bytes!r}")
+    return budget_bytes
 
 
 def _blocks(prof):
@@ -257,6 +274,20 @@ class Prediction:
         return " ".join(f"{words.get(a, a)}{i}" for a, i, _ in self.steps)
 
 
+def _check_policies(items, stages) -> None:
+    """A selective Seg needs what its policy stores per block, measured by the profile."""
+    for item in items:
+        if not isinstance(item, Seg):
+            continue
+        missing = [j for j in item.blocks() if item.policy and item.policy not in stages[j].stored]
+        if missing:
+            name = next((k for k, v in POLICIES.items() if v == item.policy), sorted(item.policy))
+            raise ValueError(f"keep({name if isinstance(name, str) else '+'.join(name)}): "
+                             f"the profile has no measurement for this policy (stage "
+                             f"{missing[0]}); build it with profile(..., policies=[{name!r}])")
+        _check_policies(item.items, stages)
+
+
 def simulate(plan, prof, recompute_ops=frozenset()) -> Prediction:
     """Walk `plan` (over all stages of `prof`) exactly as checkpoint/autograd execute it,
     counting buffers by name: ("x", i) is stage i's input (= stage i-1's output), ("b", i, l)
@@ -270,6 +301,7 @@ def simulate(plan, prof, recompute_ops=frozenset()) -> Prediction:
         raise ValueError(f"simulate: the profile has no run with {sorted(ops)} recomputing; "
                          f"profile with recompute=[{set(ops)}]")
     stages = prof.stages
+    _check_policies(plan, stages)
     state = {"bytes": 0, "tapes": 0}
     snaps = {}  # block inputs held by checkpoints -> how many checkpoints hold each
 

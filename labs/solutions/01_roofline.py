@@ -7,6 +7,8 @@ the value at the notebook's sizes. tests/test_exercises.py holds them to ckptlab
 
 from math import ceil
 
+from ckptlab.exercises.lab01 import racy_sgemm_source  # the exercise's input, not its answer
+
 BYTES = 4  # fp32
 TILE = 16  # TILE in kernels/sgemm_tiled.cu
 
@@ -48,3 +50,23 @@ answer_3 = next(T for T in range(1, 4097) if sgemm_intensity(4096, T) >= A100_RI
 # SXM's fp32 ridge is 67 TFLOP/s / 3350 GB/s = 20 FLOP/byte; 20 / (5/12) = 48.
 H100_RIDGE = 67e12 / 3350e9
 answer_4 = H100_RIDGE / softmax_intensity(4096, 4096)  # 48
+
+
+# Exercise 5. Without the second barrier a thread that finishes its inner loop early goes on to
+# the next k-tile and overwrites As and Bs while slower threads of its block still read them.
+# The barrier after the inner loop makes every thread finish reading before anyone writes.
+def fix_race(racy: str) -> str:
+    return racy.replace("// (a barrier was here)",
+                        "__syncthreads();  // all reads of this k-tile done before the next")
+
+
+answer_5 = fix_race(racy_sgemm_source())  # the notebook's `racy`, from the same function
+
+
+# Exercise 6. __shared__ float As[TILE][TILE] and Bs[TILE][TILE]: 2 * 32 * 32 * 4 bytes at
+# TILE = 32 (ptxas reports the same, 8192: no other shared memory in the kernel).
+def sgemm_shared_bytes(tile: int) -> int:
+    return 2 * tile * tile * BYTES
+
+
+answer_6 = sgemm_shared_bytes(32)  # 8192

@@ -10,10 +10,15 @@ SHARED_LIMIT = 48 * 1024  # static shared memory per block
 
 # Exercise 1. Both states must be brought to the common max m = max(m_a, m_b): the sum l_a was
 # taken of exp(x - m_a), so it becomes l_a exp(m_a - m); likewise l_b. Both exponents are <= 0,
-# and an empty part (m = -inf, l = 0) contributes 0 * exp(-inf) = 0.
+# and an empty part (m = -inf, l = 0) next to a non-empty one contributes 0 * exp(-inf) = 0.
+# When both are empty (a fully masked row), m = -inf and exp(m_a - m) = exp(-inf + inf) = NaN:
+# an empty part is weighted 0 explicitly, as kernels/softmax_rows.cu does.
 def merge(m_a, l_a, m_b, l_b):
     m = np.maximum(m_a, m_b)
-    return m, l_a * np.exp(m_a - m) + l_b * np.exp(m_b - m)
+    with np.errstate(invalid="ignore"):  # exp(nan) where a part is empty; np.where drops it
+        part_a = np.where(l_a > 0, l_a * np.exp(m_a - m), 0.0)
+        part_b = np.where(l_b > 0, l_b * np.exp(m_b - m), 0.0)
+    return m, part_a + part_b
 
 
 # Exercise 2. The forward's tiles, padded by one column where rows are read across lanes:

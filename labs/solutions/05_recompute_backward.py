@@ -1,13 +1,10 @@
 """Worked solutions of labs/05_recompute_backward.ipynb, derived by hand from the headers of
-kernels/attn_*.cu (try the exercises first). tests/test_exercises.py holds them to ckptlab's
-checkers."""
-
-from math import ceil
+kernels/attn_*.cu and the roofline (try the exercises first). tests/test_exercises.py holds them
+to ckptlab's checkers."""
 
 BYTES = 4  # fp32
-T = 16  # NAIVE_TILE
-FWD_TILES = {64: (64, 32)}  # (Br, Bc) of attn_flash_fwd at d = 64
-BWD_TILES = {64: (32, 32)}  # (Br, Bc) of attn_flash_bwd_dkdv at d = 64
+A100_TENSOR16 = 312e12  # FLOP/s, dense BF16 on tensor cores (NVIDIA A100 datasheet)
+A100_BANDWIDTH = 2.039e12  # bytes/s, A100 SXM 80GB
 
 
 # Exercise 1. Only S = scale Q K^T is recomputed (P = exp(S - L) is pointwise): N x N dot
@@ -19,32 +16,25 @@ def recompute_flops(B: int, H: int, N: int, d: int) -> int:
 answer_1 = recompute_flops(1, 2, 100, 32)  # 1,280,000 FLOPs
 
 
-# Exercise 2. Every launch's bytes per (b, h), in numbers (x 4 bytes); c = ceil(N / 16),
-# e = ceil(d / 16).
-def naive_bytes(N: int, d: int) -> int:
-    c, e, nn, nd = ceil(N / T), ceil(d / T), N * N, N * d
-    fwd = (2 * nd * c + nn) + (2 * nn + nn) + (nn * e + nd * c + nd)  # scores, softmax, P V
-    bwd = ((nn * e + nd * c + nd)  # dV = P^T dO
-           + (2 * nd * c + nn)  # dP = dO V^T
-           + (4 * nn + nn)  # dS: P and dP read twice each, dS written
-           + 2 * (nn * e + nd * c + nd))  # dQ = dS K, dK = dS^T Q
-    return BYTES * (fwd + bwd)
+# Exercise 2. Stored and flash run the same kernels but for where P comes from. Stored's forward
+# writes S, one float per (i, j), and its dK/dV kernel reads it back once; flash does neither.
+# Everything else (Q, K, V, O, L, dO, D, dQ, dK, dV) moves the same way in both.
+def recompute_bytes_saved(B: int, H: int, N: int, d: int) -> int:
+    return 2 * BYTES * B * H * N * N  # written once + read once
 
 
-def flash_bytes(N: int, d: int) -> int:
-    Br, _ = FWD_TILES[d]
-    _, Bc = BWD_TILES[d]
-    Tr, Tc, nd = ceil(N / Br), ceil(N / Bc), N * d
-    fwd = nd + 2 * Tr * nd + nd + N  # Q once, K and V once per Q tile, O and L written
-    pre = 2 * nd + N + nd  # O, dO read; D written; dQ zeroed for the atomics
-    dkdv = (2 * Tc * nd + 2 * nd + 2 * Tc * N  # Q, dO per K/V tile; K, V once; L, D per tile
-            + 2 * nd + Tc * nd)  # dK, dV written; one atomicAdd (4 bytes) per dQ element a tile
-    return BYTES * (fwd + pre + dkdv)
+answer_2 = recompute_bytes_saved(1, 1, 256, 64)  # 524,288 bytes (d does not enter)
 
 
-answer_2 = naive_bytes(1024, 64) / flash_bytes(1024, 64)  # 6.74 (B and H cancel)
+# Exercise 3. Recompute pays while d < e R / 7 (section 1): A100 in bf16, e = 2 bytes, ridge
+# R = 312e12 / 2.039e12 = 153 FLOP/byte, so d < 2 x 153 / 7 = 43.7. Of 16, 32, 64, 128 the
+# first above it is 64: there the recompute gain falls below 1 (the sweep: 0.94 with unique
+# bytes; still 1.43 at d = 32).
+ridge = A100_TENSOR16 / A100_BANDWIDTH
+rule = 2 * ridge / 7  # 43.7
+answer_3 = min(d for d in (16, 32, 64, 128) if d > rule)  # 64
 
-
-# Exercise 3. Per (i, j) pair: model FLOPs 4 d (forward) + 8 d (backward) = 12 d; hardware FLOPs
-# 4 d + 10 d (the backward also recomputes S, 2 d) = 14 d. At the same time HFU / MFU = 14 / 12.
-answer_3 = 14 / 12
+# Exercise 4. Per (i, j) pair: model FLOPs 4 d (forward) + 8 d (backward) = 12 d; hardware FLOPs
+# 4 d + 10 d (the backward also recomputes S, 2 d) = 14 d (the tiles divide N = 1024 and d = 64:
+# no padding). At the same time HFU / MFU = 14 / 12.
+answer_4 = 14 / 12

@@ -1,0 +1,40 @@
+"""ckptlab on PyTorch: the kernels as autograd functions, the schedules on torch modules, and
+more than one process on PyTorch's own distributed engine.
+
+    from ckptlab import torch as ct
+    O = ct.attention(q, k, v, causal=True, method="flash")         # torch tensors, autograd
+    y = ct.checkpoint_sequential(blocks, x, schedule="optimal(40%)")
+
+    arrays.py     zero-copy views: CPU tensors <-> NumPy (the emulator), CUDA <-> CuPy (DLPack)
+    attention.py  the kernels as a torch.autograd.Function; what it saves is the kernel's Saved
+    ledger.py     saved-tensor bytes through saved_tensors_hooks, by storage, over time
+    profile.py    a ckptlab Profile of a torch chain, measured from its saved tensors
+    selective.py  ckptlab's selective policies as PyTorch selective-checkpoint policies
+    recomputing.py  recompute(attn): an op's insides as a checkpoint of their own
+    schedule.py   checkpoint_sequential: any ckptlab plan with torch.utils.checkpoint
+    nets.py       a torch MLP and a small GPT as chains of modules
+    dist.py       processes: spawn ranks into a gloo (CPU) or NCCL (GPU) group
+    tensor_parallel.py  Megatron's column/row split of a transformer block, bytes vs formula
+    demo.py       python -m ckptlab.torch.demo --nproc 2: DDP training, bytes vs prediction
+
+PyTorch is optional (pip install -e '.[torch]'); without it importing this package raises one
+ImportError line that says how to install it.
+"""
+
+try:
+    import torch as _torch  # noqa: F401  (absolute: the real PyTorch, not this package)
+except ImportError:
+    raise ImportError("ckptlab.torch needs PyTorch, which is not installed: "
+                      "pip install -e '.[torch]' (CPU build: pip install torch==2.13.0 "
+                      "--index-url https://download.pytorch.org/whl/cpu)") from None
+
+from ckptlab.torch.attention import METHODS, attention, flop_counter
+from ckptlab.torch.ledger import TorchLedger
+from ckptlab.torch.profile import profile
+from ckptlab.torch.recomputing import recomputed, recomputing
+from ckptlab.torch.schedule import checkpoint_sequential, make_schedule, run_plan
+from ckptlab.torch.selective import context_fn, sac_policy
+
+__all__ = ["METHODS", "TorchLedger", "attention", "checkpoint_sequential", "context_fn",
+           "flop_counter", "make_schedule", "profile", "recomputed", "recomputing", "run_plan",
+           "sac_policy"]

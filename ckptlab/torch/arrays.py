@@ -1,0 +1,57 @@
+"""Zero-copy views between torch tensors and the arrays ckptlab's launch wrappers take.
+
+A CPU tensor runs on the emulator: `t.numpy()` and `torch.from_numpy(a)` share its memory. A
+CUDA tensor runs on the GPU: `cupy.from_dlpack(t)` and `torch.from_dlpack(a)` share memory
+through DLPack, and the kernels launch on torch's current stream (wrapped as a CuPy
+ExternalStream), so they are ordered with torch's own work: no copy, no synchronisation.
+Outputs on the GPU come from CuPy's memory pool, not torch's caching allocator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import torch
+
+from ckptlab import device
+
+# torch dtypes NumPy can view without a copy (bfloat16 has no NumPy dtype)
+_VIEWABLE = {torch.float16, torch.float32, torch.float64, torch.int32, torch.int64, torch.bool}
+
+
+def check_tensor(name: str, t, like=None) -> None:
+    """What only a torch tensor can get wrong; the launch wrappers check the rest (dtype,
+    rank, shape, contiguity) with their own messages."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__module__}."
+                        f"{type(t).__name__}")
+    if like is not None and t.device != like.device:
+        raise ValueError(f"{name} must be on q's device {like.device}, got {t.device}")
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name} must be a CPU tensor (the emulator) or a CUDA tensor, got "
+                         f"device {t.device}")
+    if t.dtype not in _VIEWABLE:
+        raise TypeError(f"{name} must have dtype float32, got {t.dtype}")
+    if not t.is_contiguous():
+        raise ValueError(f"{name} must be C-contiguous (the kernels ignore strides), got a "
+                         f"strided view of shape {tuple(t.shape)}: pass {name}.contiguous()")
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    return t.detach().numpy()
+
+
+@contextlib.contextmanager
+def on(t: torch.Tensor):
+    """Launch for tensors like `t`: on the emulator for a CPU tensor; on t's GPU and torch's
+    current stream for a CUDA tensor. Yields (to_array, to_tensor), both zero-copy."""
+    if t.device.type == "cpu":
+        with device.use("emu"):
+            yield _numpy, torch.from_numpy
+        return
+    with device.use("cuda"):
+        cp = device.xp("cuda")
+        stream = torch.cuda.current_stream(t.device).cuda_stream
+        with cp.cuda.Device(t.device.index), cp.cuda.ExternalStream(stream):
+            yield (lambda x: cp.from_dlpack(x.detach())), torch.from_dlpack

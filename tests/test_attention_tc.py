@@ -1,0 +1,175 @@
+"""The tensor-core attention kernels (kernels/attn_flash_*_tc.cu) against float64, by
+FlashAttention's rule, on the fp32 tests' random grid plus head dims 40, 80, 96, 160, 256.
+
+For O, dQ, dK, dV, with err = max |x - truth| and truth the float64 attention of the same
+16-bit inputs (FlashAttention's tests use max-abs too):
+    err(kernel) <= 2 * err(PyTorch in the same precision) + SLACK
+PyTorch in the same precision is SDPA's math path run in float16 / bfloat16: S = (q * scale)
+k^T, the mask, softmax, dropout (our Philox mask), P V, each op rounding to the 16-bit dtype,
+gradients by autograd: FlashAttention's yardstick (attention_ref(upcast=False, reorder_ops=
+True) in its tests). torch.nn.functional.scaled_dot_product_attention's math backend itself now
+upcasts 16-bit inputs to fp32 inside (PyTorch >= 2.5: its output matches fp32 attention rounded
+once), which is not the same precision: against it the kernels' error measured up to 2.2x.
+SLACK = 2^-23 max|truth|, one fp32 rounding of the largest true value: the kernels accumulate in
+fp32, and where the 16-bit yardstick happens to be exact (a row with one visible key: O = V) a
+kernel one fp32 rounding away must still pass. Where the truth is exactly 0 (every row sees one
+key: dQ = dK = 0, and PyTorch's softmax backward cancels exactly) the rule cannot apply; there,
+as in the fp32 tests, the kernels' max |dQ|, |dK| is bounded by what cancels: dS = dP - D,
+two fp32 sums of the same d products dO_ic V_c in different orders (tensor cores, preprocess),
+each off by at most d eps32 sum_c |dO_ic V_c| (zero_bounds).
+Also: L (fp32) within 1e-5 relative of float64; stored and flash bitwise equal (the stored
+scores are fp32, the very S the flash backward recomputes); the deterministic dQ bitwise
+reproducible under shuffled block orders. Outputs are NaN-poisoned by the wrappers.
+The grid runs in the emulator's fast mode; tests/test_attention_tc_faults.py adds the race
+check. PyTorch is needed for the yardstick: without it these tests skip and say so.
+"""
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from ckptlab import device, emu, rng
+from ckptlab import reference as ref
+from ckptlab.kernels import flash_tc
+
+torch = pytest.importorskip("torch", reason="PyTorch is the low-precision yardstick")
+
+EPS32 = float(np.finfo(np.float32).eps)
+DTYPES = {"bfloat16": (ml_dtypes.bfloat16, torch.bfloat16), "float16": (np.float16, torch.float16)}
+
+# the fp32 tests' grid (tests/test_attention.py): (Nq, Nk) cycling through N in {1, 17, 64,
+# 100, 257}, every head dim meets every (causal, dropout) pair, B*H alternating 1 and 2
+PAIRS = [(1, 100), (17, 17), (257, 64), (64, 257), (100, 17), (17, 100), (257, 257), (100, 64)]
+OPTIONS = [(False, 0.0), (True, 0.0), (False, 0.2), (True, 0.3)]
+
+
+def grid(dims, first_dtype):
+    other = {"bfloat16": "float16", "float16": "bfloat16"}
+    cases = []
+    for n, (d, (causal, p)) in enumerate((d, o) for d in dims for o in OPTIONS):
+        dtype = first_dtype if n % 2 == 0 else other[first_dtype]
+        cases.append((1, 1 + n % 2, *PAIRS[n % len(PAIRS)], d, causal, p, dtype))
+    return cases
+
+
+EXTRA = [  # the fp32 tests' edge cases
+    (1, 1, 1, 1, 16, False, 0.0, "bfloat16"),  # one query, one key
+    (1, 1, 257, 1, 64, False, 0.0, "float16"),  # one key per row: exact dQ = dK = 0
+    (1, 2, 1, 100, 32, True, 0.0, "bfloat16"),  # one query, bottom-right: it sees every key
+    (2, 1, 257, 100, 16, True, 0.15, "float16"),  # 157 rows that see no key, with dropout
+    (1, 1, 64, 17, 128, True, 0.5, "bfloat16"),
+]
+QUICK = grid((16, 32, 64, 128), "bfloat16") + EXTRA
+SLOW = grid((40, 80, 96, 160, 256), "bfloat16") + grid((16, 32, 64, 128), "float16")
+
+
+def case_id(c):
+    B, H, Nq, Nk, d, causal, p, dtype = c
+    return f"{dtype}-BH{B * H}-Nq{Nq}-Nk{Nk}-d{d}-{'causal' if causal else 'full'}-p{p}"
+
+
+def make_inputs(B, H, Nq, Nk, d, dtype, seed):
+    g = np.random.default_rng(seed)
+    return tuple(g.standard_normal(s).astype(dtype)
+                 for s in ((B, H, Nq, d), (B, H, Nk, d), (B, H, Nk, d), (B, H, Nq, d)))
+
+
+def torch_low_precision(q, k, v, dO, causal, p, seed, offset, tdtype):
+    """O, dQ, dK, dV (float64 copies) of the math path's ops in the 16-bit dtype `tdtype`."""
+    Nq, Nk, d = q.shape[2], k.shape[2], q.shape[3]
+    tq, tk, tv = (torch.tensor(x.astype(np.float32)).to(tdtype).requires_grad_()
+                  for x in (q, k, v))
+    visible = torch.tensor(ref.causal_visible(Nq, Nk) if causal else np.ones((Nq, Nk), bool))
+    s = (tq * (1.0 / math.sqrt(d))) @ tk.transpose(-1, -2)  # (B, H, Nq, Nk)
+    a = torch.softmax(s.masked_fill(~visible, float("-inf")), dim=-1)
+    if p > 0:  # the kernels' Philox mask, scaled as torch's dropout does
+        a = (a * torch.tensor(rng.keep_mask(seed, offset, a.shape, p))) * (1.0 / (1.0 - p))
+    o = a @ tv
+    o.backward(torch.tensor(dO.astype(np.float32)).to(tdtype))
+    # rows that see no key: NaN in PyTorch (softmax of all -inf), 0 by FlashAttention's rule
+    return [torch.nan_to_num(x.detach()).double().numpy() for x in (o, tq.grad, tk.grad, tv.grad)]
+
+
+def check(name, x, truth, yardstick, zero_bound=0.0):
+    x = np.asarray(device.to_numpy(x)).astype(np.float64)
+    assert np.all(np.isfinite(x)), f"{name}: NaN or inf (an unwritten element stays NaN)"
+    if not truth.any():
+        assert np.abs(x).max() <= zero_bound, f"{name}: exact answer is 0, got {abs(x).max()}"
+        return
+    err, err_pt = np.abs(x - truth).max(), np.abs(yardstick - truth).max()
+    slack = 2.0**-23 * np.abs(truth).max()
+    assert err <= 2 * err_pt + slack, (
+        f"{name}: max error {err:.3e} > 2 x PyTorch's {err_pt:.3e} + {slack:.1e}")
+
+
+def zero_bounds(q, k, v, dO, scale):
+    """(dQ, dK, dV) bounds on max |.| where every row sees one key (exact dQ = dK = 0):
+    |dS_i| <= 2 d eps32 sum_c |dO_ic V_c| (two fp32 sums, see the header), times 1.01 for dS's
+    rounding to 16 bits and the fp32 sums of dQ = scale dS K, dK = scale dS^T Q."""
+    f = [a.astype(np.float64) for a in (q, k, v, dO)]
+    d = q.shape[-1]
+    ds = 2 * d * EPS32 * np.abs(f[3] * f[2]).sum(-1, keepdims=True)  # (B, H, Nq, 1), Nk = 1
+    dq = 1.01 * scale * (ds * np.abs(f[1])).max()
+    dk = 1.01 * scale * (ds * np.abs(f[0])).sum(-2).max()
+    return dq, dk, 0.0
+
+
+def run_case(c, seed=0):
+    B, H, Nq, Nk, d, causal, p, dtype = c
+    npdt, tdt = DTYPES[dtype]
+    q, k, v, dO = make_inputs(B, H, Nq, Nk, d, npdt, seed)
+    kw = dict(causal=causal, dropout_p=p, seed=1234 + seed, offset=7)
+    f64 = [x.astype(np.float64) for x in (q, k, v, dO)]
+    O64, L64 = ref.forward(*f64[:3], **kw)
+    truth = [O64, *ref.backward(f64[3], *f64[:3], **kw)]
+    yard = torch_low_precision(q, k, v, dO, causal, p, kw["seed"], kw["offset"], tdt)
+
+    O, saved = flash_tc.tc_forward("flash", q, k, v, **kw)
+    Os, saved_s = flash_tc.tc_forward("stored", q, k, v, **kw)
+    assert O.dtype == npdt and saved.tensors["L"].dtype == np.float32
+    check("O", O, truth[0], yard[0])
+    L = saved.tensors["L"]
+    assert np.array_equal(np.isposinf(L), np.isposinf(L64)), "L: +inf rows differ"
+    fin = np.isfinite(L64)
+    if fin.any():
+        assert ref.rel_err(L[fin], L64[fin]) <= 1e-5  # fp32 statistics of exact-product sums
+    assert np.array_equal(Os.view(np.uint16), O.view(np.uint16)), "stored O != flash O"
+    assert np.array_equal(saved_s.tensors["L"], L)
+
+    bounds = zero_bounds(q, k, v, dO, 1.0 / math.sqrt(d)) if Nk == 1 else (0.0,) * 3
+    for det in (False, True):
+        grads = flash_tc.tc_backward(dO, q, k, v, saved, deterministic=det)
+        for name, g, t, y, zb in zip(("dQ", "dK", "dV"), grads, truth[1:], yard[1:], bounds,
+                                     strict=True):
+            assert g.dtype == npdt
+            check(f"flash {name} (deterministic={det})", g, t, y, zb)
+        grads_s = flash_tc.tc_backward(dO, q, k, v, saved_s, deterministic=det)
+        for name, g, gs in zip(("dQ", "dK", "dV"), grads, grads_s, strict=True):
+            # the same P either way; only the atomic dQ's order could differ (on a GPU)
+            if det or name != "dQ" or device.target() == "emu":
+                assert np.array_equal(gs.view(np.uint16), g.view(np.uint16)), f"stored {name}"
+
+
+@pytest.mark.parametrize("c", QUICK, ids=case_id)
+def test_grid(c):
+    with device.use("emu"), emu.settings(mode="fast"):
+        run_case(c)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("c", SLOW, ids=case_id)
+def test_grid_more_head_dims_and_the_other_dtype(c):
+    with device.use("emu"), emu.settings(mode="fast"):
+        run_case(c)
+
+
+def test_deterministic_dq_is_reproducible_under_shuffled_blocks():
+    q, k, v, dO = make_inputs(1, 2, 100, 64, 40, ml_dtypes.bfloat16, 3)
+    with device.use("emu"), emu.settings(mode="fast", block_order="shuffled"):
+        _, saved = flash_tc.tc_forward("flash", q, k, v, causal=True)
+        a = flash_tc.tc_backward(dO, q, k, v, saved, deterministic=True)
+        b = flash_tc.tc_backward(dO, q, k, v, saved, deterministic=True)
+    for x, y in zip(a, b, strict=True):
+        assert np.array_equal(x.view(np.uint16), y.view(np.uint16))

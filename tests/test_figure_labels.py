@@ -1,0 +1,113 @@
+"""Figures a learner can read: point labels that never overlap or leave the axes (the Pareto
+plots, memory against step time, the roofline), the legend listing only what is drawn, titles
+without an orphaned word, µs and MiB units, plain log tick labels."""
+
+import numpy as np
+import pytest
+
+from ckptlab.measure import figure, plots
+from ckptlab.recompute import schedules
+
+MIB = 2**20
+
+
+def lab08_points():
+    """The points lab 08 draws: its GPT's profile, every schedule and the DP at five budgets."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "labs" / "solutions" / \
+        "08_schedules_and_budgets.py"
+    spec = importlib.util.spec_from_file_location("sol08", path)
+    sol = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sol)
+    prof = sol.notebook_profile()
+    specs = ["none", "sqrt", "every(1)", "every(2)", "every(4)", "chen_greedy(25%)",
+             "chen_greedy(30%)", "revolve(2)", "revolve(3)", "keep(matmul)",
+             "recompute(attn)"] + [f"optimal({b}%)" for b in (20, 30, 40, 50, 60, 80)]
+    out = []
+    for s in specs:
+        p = schedules.make(s, prof=prof).predict(prof)
+        out.append(dict(name=s, peak_bytes=p.peak_bytes, recompute_flops=p.recompute_flops))
+    return out
+
+
+# The crowded cases the issue saw: labels on top of each other, one at the top, one at the edge.
+CROWDED = [dict(name="none", peak_bytes=40 * MIB, recompute_flops=0),
+           dict(name="every(2)", peak_bytes=20 * MIB, recompute_flops=1.0e9),
+           dict(name="chen_greedy(25%)", peak_bytes=20.2 * MIB, recompute_flops=1.01e9),
+           dict(name="optimal(20%)", peak_bytes=8 * MIB, recompute_flops=2.0e9),
+           dict(name="every(1)", peak_bytes=8.1 * MIB, recompute_flops=2.0e9),
+           dict(name="revolve(2)", peak_bytes=5 * MIB, recompute_flops=6.0e9)]
+
+
+def test_the_check_sees_overlaps_and_clipping():
+    """label_problems must be able to fail: labels written where they fall, unmoved."""
+    fig, ax = figure._new_axes()
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 10)
+    ax.text(5, 5, "every(2)")
+    ax.text(5.05, 5.05, "chen_greedy(25%)")
+    ax.text(9.9, 9.9, "revolve(2)")
+    problems = figure.label_problems(fig)
+    assert "'every(2)' overlaps 'chen_greedy(25%)'" in problems
+    assert "'revolve(2)' leaves the axes" in problems
+
+
+@pytest.mark.parametrize("points", [CROWDED, "lab08"], ids=["crowded", "lab08"])
+def test_pareto_labels_neither_overlap_nor_clip(points, tmp_path):
+    points = lab08_points() if points == "lab08" else points
+    fig = plots.plot_pareto(points, path=tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 5000
+    assert figure.label_problems(fig) == []
+    assert sorted(t.get_text() for t in fig.axes[0].texts) == sorted(p["name"] for p in points)
+
+
+def test_memory_vs_time_draws_the_spread_and_labels_cleanly():
+    pts = [dict(name=p["name"], peak_bytes=p["peak_bytes"],
+                seconds=1e-3 * (1 + k % 3), q1_s=1e-3 * (0.9 + k % 3), q3_s=1e-3 * (1.2 + k % 3))
+           for k, p in enumerate(CROWDED)]
+    fig = plots.plot_memory_vs_time(pts, device="cpu")
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "time per training step on cpu (ms)"
+    assert ax.get_ylabel() == "peak activation memory (MiB)"
+    assert figure.label_problems(fig) == []
+    # every point's bar spans its IQR: 0.9 .. 1.2 ms for the first
+    bars = [c for c in ax.collections if len(c.get_segments())]
+    spans = sorted(tuple(np.round(seg[:, 0], 6)) for c in bars for seg in c.get_segments())
+    assert (0.9, 1.2) in spans
+    with pytest.raises(ValueError, match="q1_s <= seconds"):
+        plots.plot_memory_vs_time([dict(name="x", peak_bytes=1, seconds=1.0, q1_s=2.0)])
+
+
+def test_roofline_legend_lists_only_what_is_drawn():
+    kernels = [dict(name="naive (5 kernels)", flops=4e9, bytes=3e9),
+               dict(name="flash (2 kernels)", flops=5e9, bytes=1e9)]
+    fig = plots.plot_roofline(kernels, "A100")
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert not any("measured" in t for t in legend)
+    assert any("modeled" in t for t in legend)
+    assert "both kernels" in fig.axes[0].get_title()
+    assert figure.label_problems(fig) == []
+    fig = plots.plot_roofline([dict(kernels[0], seconds=1e-3)], "A100")
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend[-1] == "achieved (measured time)" and not any("modeled" in t for t in legend)
+
+
+def test_titles_wrap_without_an_orphan_word():
+    title = ("at N=1024, memory-bound on A100-SXM4-80GB (fp32 ridge 9.56 FLOP/byte): naive")
+    lines = figure.wrap_title(title).split("\n")
+    assert len(lines) == 2 and min(len(x) for x in lines) > 20, lines
+    assert figure.wrap_title("short") == "short"
+
+
+def test_units_are_micro_seconds_and_mebibytes_with_plain_ticks():
+    n = [64, 128, 256]
+    fig = plots.plot_time_vs_n(n, {"a": [2e-6, 4e-6, 9e-6]})
+    assert fig.axes[0].get_ylabel() == "time per call (µs)"
+    fig.canvas.draw()
+    ticks = [t.get_text() for t in fig.axes[0].get_yticklabels() if t.get_text()]
+    assert ticks and not any("10^" in t or "times" in t for t in ticks), ticks
+    from ckptlab.cli.report import fmt_bytes, fmt_seconds
+
+    assert fmt_bytes(48.5 * MIB) == "48.5 MiB" and fmt_seconds(3e-6) == "3 µs"

@@ -1,0 +1,62 @@
+"""Oracles for the PyTorch tests (tests/test_torch_*.py): attention in PyTorch itself, float64
+or float32, and the skip rule for a machine without PyTorch.
+
+For dropout_p = 0 the oracle is torch.nn.functional.scaled_dot_product_attention (math
+backend), its causal mask given explicitly, aligned to the bottom-right corner as ckptlab's
+(SDPA's is_causal aligns to the top-left when Nq != Nk). SDPA draws its own dropout masks, so
+for dropout_p > 0 the oracle is PyTorch autograd on the same math written out, with the
+Philox mask of ckptlab.rng (built independently of ckptlab.reference).
+"""
+
+import numpy as np
+import pytest
+
+try:
+    import ckptlab.torch  # noqa: F401
+except ImportError as e:  # the one line ckptlab.torch raises: how to install PyTorch
+    pytest.skip(str(e), allow_module_level=True)
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ckptlab import rng
+
+# The tests' tensors are tiny: a second intra-op thread only spin-waits (4x slower measured on
+# a busy 2-core machine), so PyTorch runs on one thread in the test process.
+torch.set_num_threads(1)
+
+TOL = 1e-5  # the kernels' rule (tests/test_attention.py, ckptlab/cli/check.py)
+FLOOR = 2.0**-22
+
+
+def visible(Nq: int, Nk: int, device="cpu") -> torch.Tensor:
+    """(Nq, Nk) bool: query i sees key j iff j <= i + Nk - Nq (bottom-right aligned)."""
+    i, j = torch.arange(Nq, device=device)[:, None], torch.arange(Nk, device=device)[None, :]
+    return j <= i + (Nk - Nq)
+
+
+def oracle(q, k, v, causal=False, dropout_p=0.0, seed=0, offset=0, scale=None):
+    """O of PyTorch in the inputs' dtype, differentiable (see the module's docstring)."""
+    Nq, Nk, d = q.shape[2], k.shape[2], q.shape[3]
+    scale = 1 / np.sqrt(d) if scale is None else scale
+    mask = visible(Nq, Nk, q.device) if causal else None
+    if dropout_p == 0:
+        with sdpa_kernel(SDPBackend.MATH):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    S = scale * q @ k.transpose(-1, -2)
+    if causal:
+        S = S.masked_fill(~mask, float("-inf"))
+    m = S.amax(-1, keepdim=True).detach()
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # rows that see no key
+    E = torch.exp(S - m)
+    l = E.sum(-1, keepdim=True)
+    P = E / torch.where(l > 0, l, torch.ones_like(l))
+    keep = torch.from_numpy(rng.keep_mask(seed, offset, tuple(P.shape), dropout_p)).to(q.device)
+    return (P * keep / (1 - dropout_p)) @ v
+
+
+def rel(x, y) -> float:
+    """Relative Frobenius error ||x - y|| / ||y|| in float64."""
+    x, y = x.detach().double(), y.detach().double()
+    return float((x - y).norm() / y.norm())
