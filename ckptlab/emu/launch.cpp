@@ -100,13 +100,13 @@ static void start_block(Worker* w, uint64_t b) {
     poison_shared(w);
 }
 
-// A worker's OS thread: blocks until the grid is done or a fault stops every worker. A thread
-// that a signal stopped inside the C library may hold one of its locks (a heap arena's): it is
-// retired, parked for good after saying it is done, so that nobody waits on its lock.
+// A worker runs blocks until the grid is done or a fault stops every worker; true if its thread
+// must retire: a signal stopped it inside the C library, where it may hold one of its locks (a
+// heap arena's), so it is parked for good after saying it is done.
 static sem_t g_done;
+static bool g_alive[kMaxWorkers];  // worker k has a thread (pool_thread, below)
 
-static void* worker_main(void* arg) {
-    Worker* w = static_cast<Worker*>(arg);
+static bool work(Worker* w) {
     worker_signals(w, true);
     bool retire = false;
     if (sigsetjmp(w->jmp, 1) == 0) {
@@ -124,9 +124,52 @@ static void* worker_main(void* arg) {
     }
     w->cur = nullptr;
     worker_signals(w, false);  // from here on no signal reaches this thread
+    if (retire) g_alive[w->index] = false;  // before the launch ends: the next starts another
     sem_post(&g_done);
-    while (retire) pause();
+    return retire;
+}
+
+// The workers' OS threads live as long as the module (a pool): a thread woken for each launch
+// keeps its caches and saves a thread's creation per launch. Between launches they block every
+// signal. A forked child has none of them: the pool is started afresh there.
+static sem_t g_go[kMaxWorkers];
+static pid_t g_pool_pid;
+
+static void* pool_thread(void* arg) {
+    Worker* w = static_cast<Worker*>(arg);
+    for (;;) {
+        while (sem_wait(&g_go[w->index]) != 0) {}
+        if (work(w)) break;
+    }
+    for (;;) pause();  // retired
     return nullptr;
+}
+
+static bool start_workers(int n) {
+    if (g_pool_pid != getpid()) {  // first launch, or a forked child
+        for (int k = 0; k < kMaxWorkers; ++k) {
+            g_alive[k] = false;
+            sem_init(&g_go[k], 0, 0);
+        }
+        sem_init(&g_done, 0, 0);
+        g_pool_pid = getpid();
+    }
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    sigset_t all, old;  // a new thread starts with every signal blocked, like an idle one
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int k = 0;
+    for (; k < n; ++k) {
+        if (g_alive[k]) continue;
+        pthread_t thread;
+        if (pthread_create(&thread, &attr, pool_thread, g_workers[k])) break;
+        g_alive[k] = true;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    pthread_attr_destroy(&attr);
+    return k == n;
 }
 
 static uint64_t splitmix64(uint64_t& state) {
@@ -254,8 +297,6 @@ static void finish(Counters* out) {
     g_nargs = 0;  // the argument buffers belong to the caller: forget them
 }
 
-__attribute__((constructor)) static void init_semaphore() { sem_init(&g_done, 0, 0); }
-
 EMU_API int emu_launch(void (*launcher)(void**), void** args, const uint32_t* grid,
                        const uint32_t* block, uint64_t shared_bytes, const Buf* bufs, int nbuf,
                        const Config* cfg, Counters* out) {
@@ -278,19 +319,11 @@ EMU_API int emu_launch(void (*launcher)(void**), void** args, const uint32_t* gr
     clock_gettime(CLOCK_MONOTONIC, &g_t0);
     // This thread supervises (the watchdog's timer ticks here); the workers run the blocks.
     install_signals(0);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     int started = 0;
-    for (; started < g_nworkers; ++started) {
-        pthread_t thread;
-        if (pthread_create(&thread, &attr, worker_main, g_workers[started])) break;
-    }
-    pthread_attr_destroy(&attr);
+    if (start_workers(g_nworkers))
+        for (; started < g_nworkers; ++started) sem_post(&g_go[started]);
     if (!started) {
         set_fault(nullptr, F_CONFIG, nullptr, nullptr, 0, "could not start a worker thread");
-    } else if (started < g_nworkers) {
-        request_stop(0);  // the ones that started stop at once; no fault: those blocks ran
     }
     for (int done = 0; done < started;)
         if (sem_wait(&g_done) == 0) ++done;  // else EINTR: a timer tick

@@ -89,17 +89,19 @@ static const char* verb(int kind) { return kind == 2 ? "atomic" : (kind ? "write
 // the fiber region (the fiber and its worker). Both are tail-called from the hook: their return
 // address is the kernel's access.
 __attribute__((noinline)) static void shared_race_slow(uint64_t fo, Shadow* shadow, uint64_t off,
-                                                       size_t size, int kind) {
+                                                       size_t sk, void* pc) {
     Worker* w = &g_wbase[fo >> g_wshift];
     Fiber* f = &g_fibers[fo >> g_fshift];
-    if (race_check_shared(w, f->tid, shadow, off, size, kind))
-        report_race(f, w->conflict, kind, -1, __builtin_return_address(0));
+    if (race_check_shared(w, f->tid, shadow, off, sk >> 2, int(sk & 3)))
+        report_race(f, w->conflict, int(sk & 3), -1, pc ? pc : __builtin_return_address(0));
 }
 
 // Everything it needs is found by arithmetic from fo and the arena (ArenaHead), no pointers.
 __attribute__((noinline)) static void shared_race_at(uintptr_t arena, uint64_t fo,
-                                                     uint64_t slot, uint64_t off, size_t size,
-                                                     int kind) {
+                                                     uint64_t slot, uint64_t off, size_t sk,
+                                                     void* pc) {
+    const size_t size = sk >> 2;
+    const int kind = int(sk & 3);
     const ArenaHead* head = arena_head(reinterpret_cast<char*>(arena));
     const int t = g_fibers[fo >> g_fshift].tid;
     // (each slot's shadow coloured as its data: otherwise they would all share cache sets)
@@ -123,7 +125,7 @@ __attribute__((noinline)) static void shared_race_at(uintptr_t arena, uint64_t f
         sh.r_sync = static_cast<uint16_t>(head->sync_id);
         return;
     }
-    return shared_race_slow(fo, shadow, off, size, kind);
+    return shared_race_slow(fo, shadow, off, sk, pc);
 }
 
 // ---- kernel arguments ---------------------------------------------------------------------
@@ -173,22 +175,26 @@ __attribute__((noinline)) static void other_access(Fiber* f, uintptr_t a, size_t
         bad_access(f, a, size, kind, pc);
 }
 
-// Slow paths the hot path tail-calls (a jump: the hot path then needs no stack frame).
+// Slow paths of the hot path, reached by a jump where they return (so that the hot path needs
+// no stack frame): the kernel's pc, which errors name the line of, is then their own return
+// address; the faults (they never return: called, not jumped to) and atomics (which call the
+// hot path) are given it. sk: size << 2 | kind.
+#define EMU_PC (pc ? pc : __builtin_return_address(0))
 __attribute__((noinline, cold)) static void stop_or_misaligned_at(uint64_t fo, uintptr_t a,
-                                                                  size_t size, int kind,
-                                                                  void* pc) {
-    stop_or_misaligned(&g_fibers[fo >> g_fshift], a, size, kind, pc);
+                                                                  size_t sk, void* pc) {
+    stop_or_misaligned(&g_fibers[fo >> g_fshift], a, sk >> 2, int(sk & 3), EMU_PC);
 }
-__attribute__((noinline, cold)) static void bad_access_at(uint64_t fo, uintptr_t a, size_t size,
-                                                          int kind, void* pc) {
-    bad_access(&g_fibers[fo >> g_fshift], a, size, kind, pc);
+__attribute__((noinline, cold)) static void bad_access_at(uint64_t fo, uintptr_t a, size_t sk,
+                                                          void* pc) {
+    bad_access(&g_fibers[fo >> g_fshift], a, sk >> 2, int(sk & 3), EMU_PC);
 }
-__attribute__((noinline)) static void elsewhere(uint64_t fo, uintptr_t a, size_t size, int kind,
-                                                void* pc) {
+__attribute__((noinline)) static void elsewhere(uint64_t fo, uintptr_t a, size_t sk, void* pc) {
+    pc = EMU_PC;
     Fiber* f = &g_fibers[fo >> g_fshift];
     const uint64_t ao = a - g_arg_base;
-    if (ao < g_arg_span) return arg_access(&g_wbase[fo >> g_wshift], f, a, ao, size, kind, pc);
-    return other_access(f, a, size, kind, pc);
+    if (ao < g_arg_span)
+        return arg_access(&g_wbase[fo >> g_wshift], f, a, ao, sk >> 2, int(sk & 3), pc);
+    return other_access(f, a, sk >> 2, int(sk & 3), pc);
 }
 
 // The hot path, inlined into every hook: no call but tail calls to the rarer cases, so that it
@@ -196,14 +202,17 @@ __attribute__((noinline)) static void elsewhere(uint64_t fo, uintptr_t a, size_t
 // come from the stack pointer by arithmetic (runtime.h).
 template <bool Aligned>
 __attribute__((always_inline)) static inline void on_access(uintptr_t a, size_t size, int kind,
-                                                            void* pc) {
+                                                            void* pc = nullptr) {
     const uint64_t fo = stack_pointer() - g_fbase;
     if (__builtin_expect(fo >= g_fspan, 0)) return;  // not a kernel thread: the module's setup
+    const size_t sk = size << 2 | size_t(kind);
+    // (the faults never return: calls, not jumps, so they are given the pc)
     if (__builtin_expect(g_stop | (Aligned && size > 1 ? int(a & (size - 1)) : 0), 0))
-        return stop_or_misaligned_at(fo, a, size, kind, pc);
+        return stop_or_misaligned_at(fo, a, sk, pc ? pc : __builtin_return_address(0));
     const uintptr_t arena = g_arena_base + (fo & g_wmask);
     const uint64_t so = a - arena;
-    if (__builtin_expect(so >= kArenaSpan, 0)) return elsewhere(fo, a, size, kind, pc);
+    if (__builtin_expect(so >= kArenaSpan, 0))
+        return elsewhere(fo, a, sk, pc ? pc : __builtin_return_address(0));
     const uint64_t slot = so >> kShShift;
     const SlotInfo si = g_slots[slot];
     const uint64_t off = (so & ((uint64_t(1) << kShShift) - 1)) - si.start;  // before: huge
@@ -211,9 +220,9 @@ __attribute__((always_inline)) static inline void on_access(uintptr_t a, size_t 
     // Aligned: off is a multiple of size (data starts 64-byte aligned), so off + size cannot
     // wrap past zero and one comparison covers both ends.
     if (__builtin_expect(off + size > osize || (!Aligned && off >= osize), 0))
-        return bad_access_at(fo, a, size, kind, pc);
+        return bad_access_at(fo, a, sk, pc ? pc : __builtin_return_address(0));
     shared_counts(reinterpret_cast<char*>(arena))[kind] += kind == 2 ? 1 : size;
-    if (g_cfg.race_check) return shared_race_at(arena, fo, slot, off, size, kind);
+    if (g_cfg.race_check) return shared_race_at(arena, fo, slot, off, sk, pc);
 }
 
 // GCC's ThreadSanitizer instrumentation (-fsanitize=thread, with no TSan runtime linked) calls
@@ -223,17 +232,13 @@ __attribute__((always_inline)) static inline void on_access(uintptr_t a, size_t 
 // GCC calls the aligned forms where the type promises alignment: a misaligned address there is
 // a misaligned access on a GPU.
 #define EMU_HOOKS(N)                                                                             \
-    extern "C" void __tsan_read##N(void* p) {                                                    \
-        on_access<true>(reinterpret_cast<uintptr_t>(p), N, 0, __builtin_return_address(0));      \
-    }                                                                                            \
-    extern "C" void __tsan_write##N(void* p) {                                                   \
-        on_access<true>(reinterpret_cast<uintptr_t>(p), N, 1, __builtin_return_address(0));      \
-    }                                                                                            \
+    extern "C" void __tsan_read##N(void* p) { on_access<true>(reinterpret_cast<uintptr_t>(p), N, 0); } \
+    extern "C" void __tsan_write##N(void* p) { on_access<true>(reinterpret_cast<uintptr_t>(p), N, 1); } \
     extern "C" void __tsan_unaligned_read##N(void* p) {                                          \
-        on_access<false>(reinterpret_cast<uintptr_t>(p), N, 0, __builtin_return_address(0));     \
+        on_access<false>(reinterpret_cast<uintptr_t>(p), N, 0);                                  \
     }                                                                                            \
     extern "C" void __tsan_unaligned_write##N(void* p) {                                         \
-        on_access<false>(reinterpret_cast<uintptr_t>(p), N, 1, __builtin_return_address(0));    \
+        on_access<false>(reinterpret_cast<uintptr_t>(p), N, 1);                                  \
     }
 EMU_HOOKS(1)
 EMU_HOOKS(2)
@@ -241,10 +246,10 @@ EMU_HOOKS(4)
 EMU_HOOKS(8)
 EMU_HOOKS(16)
 extern "C" void __tsan_read_range(void* p, size_t n) {
-    if (n) on_access<false>(reinterpret_cast<uintptr_t>(p), n, 0, __builtin_return_address(0));
+    if (n) on_access<false>(reinterpret_cast<uintptr_t>(p), n, 0);
 }
 extern "C" void __tsan_write_range(void* p, size_t n) {
-    if (n) on_access<false>(reinterpret_cast<uintptr_t>(p), n, 1, __builtin_return_address(0));
+    if (n) on_access<false>(reinterpret_cast<uintptr_t>(p), n, 1);
 }
 extern "C" void __tsan_init() {}
 extern "C" void __tsan_func_entry(void*) {}

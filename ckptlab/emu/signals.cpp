@@ -158,6 +158,7 @@ static timer_t g_timer;
 static bool g_timer_ok, g_fast_ticks;
 static volatile int g_active, g_interrupt;  // a launch runs; Ctrl-C arrived during it
 static pid_t g_launch_tid;
+static sigset_t g_launch_mask;  // the launching thread's: the workers take it while they work
 
 static pid_t gettid_() { return static_cast<pid_t>(syscall(SYS_gettid)); }
 static Worker* this_worker() {
@@ -301,6 +302,7 @@ void record_pending_fault(Worker* w) {
 void install_signals(int watchdog_ms) {
     (void)watchdog_ms;
     g_launch_tid = gettid_();
+    pthread_sigmask(SIG_SETMASK, nullptr, &g_launch_mask);
     g_fast_ticks = false;
     struct sigaction sa{};
     sa.sa_sigaction = on_signal;
@@ -339,6 +341,7 @@ void remove_signals() {
 // Each worker's OS thread handles its signals on a stack of its own (a fiber's overflow).
 void worker_signals(Worker* w, bool on) {
     if (on) {
+        pthread_sigmask(SIG_SETMASK, &g_launch_mask, nullptr);
         w->pending_retire = false;
         w->tid = gettid_();
         if (!w->altstack) w->altstack = static_cast<char*>(malloc(64 * 1024));
