@@ -200,11 +200,27 @@ def test_no_deadlock_in_200_short_launches_with_ctrl_c_among_them(mod):
     assert np.array_equal(out, np.repeat(np.arange(8), 32))
 
 
+def test_automatic_workers_wake_only_for_launches_big_enough(mod):
+    """workers=None: one per CPU for a launch of at least AUTO_MIN_THREADS threads (no more
+    than its blocks), the calling thread alone below; a number asked for is used as asked."""
+    cpus, small, big = emu.config.cpus(), (8,), (emu.config.AUTO_MIN_THREADS // 32,)
+    out = np.zeros(big[0] * 32, np.int32)
+    with emu.settings(workers=None):
+        assert mod.get_function("where")(small, (32,), (out,)).workers == 1
+        assert mod.get_function("where")(big, (32,), (out,)).workers == min(cpus, big[0])
+    with emu.settings(workers=MANY):
+        assert mod.get_function("where")(small, (32,), (out,)).workers == MANY
+    with emu.settings(workers=1):
+        assert mod.get_function("where")(big, (32,), (out,)).workers == 1
+    assert np.array_equal(out, np.repeat(np.arange(big[0]), 32))
+
+
 def test_workers_setting_and_environment():
-    assert emu.current().workers >= 1
-    with pytest.raises(ValueError, match=r"workers must be an int in \[1, 256\]"):
+    assert emu.Settings().workers is None  # automatic: one per CPU for big enough launches
+    with pytest.raises(ValueError, match=r"workers must be None \(one per CPU\) or an int in "
+                                         r"\[1, 256\], got 0"):
         emu.configure(workers=0)
-    with pytest.raises(ValueError, match="workers must be an int"):
+    with pytest.raises(ValueError, match="workers must be None"):
         emu.configure(workers=1.5)
     code = "from ckptlab import emu; print(emu.current().workers)"
     env = dict(os.environ, CKPTLAB_EMU_WORKERS="3")

@@ -6,7 +6,7 @@
 #pragma once
 #include <stdint.h>
 
-#define EMU_ABI_VERSION 4
+#define EMU_ABI_VERSION 5
 
 // ---- limits of a CUDA launch (CUDA C++ Programming Guide, "Compute Capabilities" table) ----
 #define EMU_MAX_BLOCK_THREADS 1024   // threads per block
@@ -23,8 +23,11 @@
 #define EMU_SHARED_OPTIN_LIMIT (227 * 1024)
 // Kernel arguments the emulator tracks: pointer parameters per kernel.
 #define EMU_MAX_ARGS 64
-// OS threads running the blocks of one launch (ckptlab.emu.settings(workers=...)).
+// OS threads running the blocks of one launch (ckptlab.emu.settings(workers=...)). Config.workers
+// < 0: automatic, up to -workers, and one (the calling thread) for a launch of fewer threads
+// than EMU_AUTO_MIN_THREADS (waking workers costs ~50-100 us; 4096 threads take longer).
 #define EMU_MAX_WORKERS 256
+#define EMU_AUTO_MIN_THREADS 4096
 // Bytes of race-check shadow per 4 bytes of memory checked (runtime.h: struct Shadow).
 #define EMU_SHADOW_BYTES 32
 
@@ -79,6 +82,7 @@ struct EmuCounters {
     // distinct bytes the launch read / wrote per argument (an atomic counts as both)
     uint64_t unique_read[EMU_MAX_ARGS], unique_write[EMU_MAX_ARGS];
     uint64_t shared_read, shared_write, shared_atomics, threads, blocks;
+    uint64_t workers;         // OS threads that ran the blocks
 };
 struct EmuFault {
     int32_t kind, has_thread;

@@ -15,6 +15,7 @@ _C = cdefs.read(HEADER)
 VERSION = _C["EMU_ABI_VERSION"]
 MAX_ARGS = _C["EMU_MAX_ARGS"]
 MAX_WORKERS = _C["EMU_MAX_WORKERS"]
+AUTO_MIN_THREADS = _C["EMU_AUTO_MIN_THREADS"]
 SHADOW_BYTES = _C["EMU_SHADOW_BYTES"]
 MAX_BLOCK_THREADS = _C["EMU_MAX_BLOCK_THREADS"]
 BLOCK_LIMITS = (_C["EMU_MAX_BLOCK_X"], _C["EMU_MAX_BLOCK_Y"], _C["EMU_MAX_BLOCK_Z"])
@@ -46,7 +47,8 @@ class Counters(ctypes.Structure):
                 for n in ("read", "write", "atomic_ops", "atomic_bytes", "unique_read",
                   "unique_write")] + [
         (n, ctypes.c_uint64)
-        for n in ("shared_read", "shared_write", "shared_atomics", "threads", "blocks")]
+        for n in ("shared_read", "shared_write", "shared_atomics", "threads", "blocks",
+                  "workers")]
 
 
 class Fault(ctypes.Structure):

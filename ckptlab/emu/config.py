@@ -11,9 +11,11 @@
                 random order, new each launch, as a GPU promises no order; atomics then sum in
                 different orders and show their run-to-run differences.
     block_seed  with "shuffled": a fixed seed (int) for a reproducible order; None = fresh.
-    workers     OS threads running the blocks of a launch at once (default: one per CPU this
-                process may use); 1 runs them one after another, in order. A block's threads
-                stay on one worker. Counts are the same whatever the number.
+    workers     OS threads running the blocks of a launch at once; 1 runs them one after
+                another, in order, on the calling thread. None (default): one per CPU this
+                process may use, for launches of at least AUTO_MIN_THREADS threads (smaller ones
+                run on the calling thread: waking workers would cost more than they save). A
+                block's threads stay on one worker. Counts are the same whatever the number.
 
 Set them for the process with configure(...), or for a block with `with settings(...)`. The
 environment can preset them: CKPTLAB_EMU_MODE, CKPTLAB_EMU_RACE_CHECK=0|1,
@@ -24,9 +26,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from . import abi
+
+AUTO_MIN_THREADS = abi.AUTO_MIN_THREADS  # abi.h: EMU_AUTO_MIN_THREADS
+
+
+def workers_for_launch(s: "Settings") -> int:
+    """The Config.workers of a launch: the number asked for, or -(CPUs) for automatic."""
+    return s.workers if s.workers is not None else -cpus()
 
 
 def cpus() -> int:
@@ -45,7 +54,7 @@ class Settings:
     watchdog_s: float = 120.0
     block_order: str = "serial"
     block_seed: int | None = None
-    workers: int = field(default_factory=cpus)
+    workers: int | None = None
 
 
 def _env_number(name: str, kind, default):
@@ -68,7 +77,7 @@ def _from_env() -> Settings:
         race_check=env.get("CKPTLAB_EMU_RACE_CHECK", "1") not in ("0", "false", "no"),
         stack_kib=_env_number("CKPTLAB_EMU_STACK_KIB", int, s.stack_kib),
         watchdog_s=_env_number("CKPTLAB_EMU_WATCHDOG_S", float, s.watchdog_s),
-        workers=_env_number("CKPTLAB_EMU_WORKERS", int, s.workers),
+        workers=_env_number("CKPTLAB_EMU_WORKERS", int, s.workers),  # unset: None, automatic
     ))
 
 
@@ -81,9 +90,10 @@ def _checked(s: Settings) -> Settings:
         raise ValueError(f"block_order must be 'serial' or 'shuffled', got {s.block_order!r}")
     if not s.watchdog_s > 0:
         raise ValueError(f"watchdog_s must be > 0 seconds, got {s.watchdog_s}")
-    if isinstance(s.workers, bool) or not isinstance(s.workers, int) or not (
-            1 <= s.workers <= abi.MAX_WORKERS):
-        raise ValueError(f"workers must be an int in [1, {abi.MAX_WORKERS}], got {s.workers!r}")
+    if s.workers is not None and (isinstance(s.workers, bool) or not isinstance(s.workers, int)
+                                  or not 1 <= s.workers <= abi.MAX_WORKERS):
+        raise ValueError(f"workers must be None (one per CPU) or an int in [1, "
+                         f"{abi.MAX_WORKERS}], got {s.workers!r}")
     return s
 
 

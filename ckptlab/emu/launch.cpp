@@ -145,15 +145,17 @@ static void* pool_thread(void* arg) {
     return nullptr;
 }
 
-static bool start_workers(int n) {
-    if (g_pool_pid != getpid()) {  // first launch, or a forked child
-        for (int k = 0; k < kMaxWorkers; ++k) {
-            g_alive[k] = false;
-            sem_init(&g_go[k], 0, 0);
-        }
-        sem_init(&g_done, 0, 0);
-        g_pool_pid = getpid();
+static void init_pool() {
+    if (g_pool_pid == getpid()) return;  // else the first launch, or a forked child
+    for (int k = 0; k < kMaxWorkers; ++k) {
+        g_alive[k] = false;
+        sem_init(&g_go[k], 0, 0);
     }
+    sem_init(&g_done, 0, 0);
+    g_pool_pid = getpid();
+}
+
+static bool start_workers(int n) {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -223,9 +225,10 @@ static int prepare(const uint32_t* grid, const uint32_t* block, uint64_t shared_
     if (nbuf > kMaxArgs)
         return refuse("%d pointer parameters; the emulator tracks at most %d", nbuf, kMaxArgs);
     g_nblocks = uint64_t(grid[0]) * grid[1] * grid[2];
-    g_nworkers = g_cfg.workers < 1 ? 1 : (g_cfg.workers > kMaxWorkers ? kMaxWorkers
-                                                                       : g_cfg.workers);
+    const int asked = g_cfg.workers < 0 ? -g_cfg.workers : g_cfg.workers;
+    g_nworkers = asked < 1 ? 1 : (asked > kMaxWorkers ? kMaxWorkers : asked);
     if (uint64_t(g_nworkers) > g_nblocks) g_nworkers = static_cast<int>(g_nblocks);
+    if (g_cfg.workers < 0 && g_nblocks * n < EMU_AUTO_MIN_THREADS) g_nworkers = 1;
     const size_t stack = size_t(g_cfg.stack_kib > 0 ? g_cfg.stack_kib : 64) * 1024;
     if (!ensure_fibers(g_nworkers, static_cast<int>(n), stack))
         return refuse("could not map %llu fiber stacks of %zu KiB",
@@ -291,6 +294,7 @@ static void finish(Counters* out) {
         out->shared_read += sh[0], out->shared_write += sh[1], out->shared_atomics += sh[2];
         out->threads += c.threads, out->blocks += c.blocks;
     }
+    out->workers = static_cast<uint64_t>(g_nworkers);
     count_touched(*out);
     for (int i = 0; i < g_nargs; ++i) free(g_args[i].shadow), g_args[i].shadow = nullptr;
     unstage_args();
@@ -319,14 +323,21 @@ EMU_API int emu_launch(void (*launcher)(void**), void** args, const uint32_t* gr
     clock_gettime(CLOCK_MONOTONIC, &g_t0);
     // This thread supervises (the watchdog's timer ticks here); the workers run the blocks.
     install_signals(0);
+    // One worker: the calling thread itself (no thread to wake; a fault inside the C library is
+    // then survived without retiring a thread). More: the pool's threads.
     int started = 0;
-    if (start_workers(g_nworkers))
-        for (; started < g_nworkers; ++started) sem_post(&g_go[started]);
-    if (!started) {
-        set_fault(nullptr, F_CONFIG, nullptr, nullptr, 0, "could not start a worker thread");
+    init_pool();
+    if (g_nworkers == 1) {
+        work(g_workers[0]);
+        while (sem_wait(&g_done) != 0) {}
+    } else {
+        if (start_workers(g_nworkers))
+            for (; started < g_nworkers; ++started) sem_post(&g_go[started]);
+        if (!started)
+            set_fault(nullptr, F_CONFIG, nullptr, nullptr, 0, "could not start a worker thread");
+        for (int done = 0; done < started;)
+            if (sem_wait(&g_done) == 0) ++done;  // else EINTR: a timer tick
     }
-    for (int done = 0; done < started;)
-        if (sem_wait(&g_done) == 0) ++done;  // else EINTR: a timer tick
     const int kind = g_stop_kind;
     remove_signals();
     if (g_fault_owner < 0) shared_over_limit();  // declarations this launch made
@@ -358,7 +369,7 @@ EMU_API const char* emu_abi_layout() {
     EMU_FIELD(Counters, atomic_bytes); EMU_FIELD(Counters, unique_read);
     EMU_FIELD(Counters, unique_write); EMU_FIELD(Counters, shared_read);
     EMU_FIELD(Counters, shared_write); EMU_FIELD(Counters, shared_atomics);
-    EMU_FIELD(Counters, threads); EMU_FIELD(Counters, blocks);
+    EMU_FIELD(Counters, threads); EMU_FIELD(Counters, blocks); EMU_FIELD(Counters, workers);
     EMU_FIELD(Fault, kind); EMU_FIELD(Fault, has_thread); EMU_FIELD(Fault, block);
     EMU_FIELD(Fault, thread); EMU_FIELD(Fault, pc); EMU_FIELD(Fault, line);
     EMU_FIELD(Fault, file); EMU_FIELD(Fault, message);

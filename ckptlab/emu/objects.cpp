@@ -19,7 +19,25 @@
 static size_t page_up(size_t n) { return (n + 4095) & ~size_t(4095); }
 
 // ---- kernel arguments -------------------------------------------------------------------------
-static uintptr_t g_arg_reservation;
+// The staging reservation: kMaxArgs slots of 2^g_staging_shift bytes, region r's pages mapped
+// for g_mapped_bytes[r] bytes from the middle of slot r.
+static uintptr_t g_staging;
+static int g_staging_shift;
+static uint64_t g_mapped_bytes[kMaxArgs];
+
+// Slots for n regions of 2^shift bytes (0, 0: give everything back).
+static bool reserve_staging(int n, int shift) {
+    if (g_staging && n && shift == g_staging_shift) return true;
+    if (g_staging) munmap(reinterpret_cast<void*>(g_staging), uint64_t(kMaxArgs) << g_staging_shift);
+    g_staging = 0, g_staging_shift = 0;
+    for (int r = 0; r < kMaxArgs; ++r) g_mapped_bytes[r] = 0;
+    if (!n) return true;
+    void* m = mmap(nullptr, uint64_t(kMaxArgs) << shift, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return false;
+    g_staging = reinterpret_cast<uintptr_t>(m), g_staging_shift = shift;
+    return true;
+}
 
 bool stage_args(const Buf* bufs, int nbuf, void** args) {
     g_nargs = nbuf, g_nregions = 0, g_arg_span = 0, g_arg_base = 0;
@@ -48,38 +66,40 @@ bool stage_args(const Buf* bufs, int nbuf, void** args) {
     // Slots of 2^shift bytes, data in the middle: margins of at least twice the biggest region.
     int shift = 24;
     while ((uint64_t(1) << shift) < 4 * biggest + (uint64_t(1) << 22)) ++shift;
-    const uint64_t span = uint64_t(g_nregions) << shift;
-    void* m = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (m == MAP_FAILED) return false;
-    g_arg_reservation = reinterpret_cast<uintptr_t>(m);
+    if (!reserve_staging(g_nregions, shift)) return false;
     for (int r = 0; r < g_nregions; ++r) {
         Region& R = g_regions[r];
-        R.lo = g_arg_reservation + (uint64_t(r) << shift) + (uint64_t(1) << (shift - 1));
-        if (R.size) {
+        R.lo = g_staging + (uint64_t(r) << shift) + (uint64_t(1) << (shift - 1));
+        if (R.size > g_mapped_bytes[r]) {  // pages for it (kept for the next launches)
             void* d = mmap(reinterpret_cast<void*>(R.lo), page_up(R.size), PROT_READ | PROT_WRITE,
                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
             if (d == MAP_FAILED) return false;
-            memcpy(d, reinterpret_cast<void*>(R.orig), R.size);
+            g_mapped_bytes[r] = page_up(R.size);
         }
+        if (R.size) memcpy(reinterpret_cast<void*>(R.lo), reinterpret_cast<void*>(R.orig), R.size);
         for (int i = R.first; i < R.first + R.n; ++i) {
             g_args[i].lo = R.lo + (g_args[i].orig - R.orig);
             *static_cast<uintptr_t*>(args[g_args[i].param]) = g_args[i].lo;  // the kernel's pointer
         }
     }
-    g_arg_base = g_arg_reservation, g_arg_shift = shift, g_arg_span = span;
+    g_arg_base = g_staging, g_arg_shift = shift, g_arg_span = uint64_t(g_nregions) << shift;
     return true;
 }
 
-// Results back into the caller's arrays (after a fault too: a GPU keeps partial writes).
+// Results back into the caller's arrays (after a fault too: a GPU keeps partial writes). The
+// staging stays mapped for the next launch (mmap/munmap per launch cost more than the copies,
+// with workers' TLBs to shoot down), unless it holds more than 256 MiB.
 void unstage_args() {
-    if (g_arg_reservation) {
+    if (g_arg_span) {
         for (int r = 0; r < g_nregions; ++r)
             if (g_regions[r].writable && g_regions[r].size)
                 memcpy(reinterpret_cast<void*>(g_regions[r].orig),
                        reinterpret_cast<void*>(g_regions[r].lo), g_regions[r].size);
-        munmap(reinterpret_cast<void*>(g_arg_reservation), g_arg_span);
+        uint64_t held = 0;
+        for (int r = 0; r < kMaxArgs; ++r) held += g_mapped_bytes[r];
+        if (held > (uint64_t(256) << 20)) reserve_staging(0, 0);
     }
-    g_arg_reservation = g_arg_base = 0, g_arg_span = 0, g_nregions = 0;
+    g_arg_base = 0, g_arg_span = 0, g_nregions = 0;
 }
 
 // ---- shared memory ----------------------------------------------------------------------------

@@ -206,8 +206,10 @@ static void supervise() {
         timer_settime(g_timer, 0, &its, nullptr);
         g_fast_ticks = true;
     }
-    for (int k = 0; k < g_nworkers; ++k)
-        if (const pid_t tid = g_workers[k]->tid) syscall(SYS_tgkill, getpid(), tid, kTickSignal);
+    for (int k = 0; k < g_nworkers; ++k) {  // (not itself, worker 0 of a one-worker launch)
+        const pid_t tid = g_workers[k]->tid;
+        if (tid && tid != g_launch_tid) syscall(SYS_tgkill, getpid(), tid, kTickSignal);
+    }
 }
 
 // A worker's tick: stop here only in the kernel's own code (no lock held), or after 5 s of
@@ -244,7 +246,7 @@ static void on_signal(int sig, siginfo_t* si, void* ucv) {
     Fiber* f = w && sp - g_fbase < g_fspan ? &g_fibers[(sp - g_fbase) >> g_fshift] : nullptr;
     if (sig == kTickSignal) {
         if (g_active && gettid_() == g_launch_tid) supervise();
-        else if (w) tick(w, f, pc);
+        if (w) tick(w, f, pc);  // (the launching thread is worker 0 of a one-worker launch)
         errno = saved_errno;
         return;
     }
@@ -350,9 +352,13 @@ void worker_signals(Worker* w, bool on) {
         ss.ss_size = 64 * 1024;
         sigaltstack(&ss, &w->old_altstack);
     } else {
-        sigset_t all;
-        sigfillset(&all);
-        pthread_sigmask(SIG_BLOCK, &all, nullptr);  // a late tick stays pending, then vanishes
+        // A pool thread goes idle with every signal blocked (a late tick stays pending until its
+        // next launch); the launching thread, worker 0 of a one-worker launch, keeps its mask.
+        if (gettid_() != g_launch_tid) {
+            sigset_t all;
+            sigfillset(&all);
+            pthread_sigmask(SIG_BLOCK, &all, nullptr);
+        }
         w->tid = 0;
         sigaltstack(&w->old_altstack, nullptr);
     }
