@@ -6,7 +6,7 @@
 #pragma once
 #include <stdint.h>
 
-#define EMU_ABI_VERSION 5
+#define EMU_ABI_VERSION 6
 
 // ---- limits of a CUDA launch (CUDA C++ Programming Guide, "Compute Capabilities" table) ----
 #define EMU_MAX_BLOCK_THREADS 1024   // threads per block
@@ -73,8 +73,18 @@ struct EmuConfig {
     uint64_t seed;            // of the block order when shuffle_blocks
     int32_t kernel;           // which kernel of the module (its static shared memory)
     int32_t shared_opt_in;    // 1 if max_dynamic_shared_size_bytes was raised above 48 KiB
-    int32_t workers;          // OS threads running blocks (1 = one after another)
+    int32_t workers;          // OS threads running blocks (1 = one after another; < 0: auto)
     int32_t pad;
+    uint64_t fiber_region;    // the process's EmuFiberRegion (Python owns it)
+};
+// The fibers' stacks: one region for the whole process, used by every module's launches in
+// turn (launches run one at a time), not one per module: each stack's guard splits the region
+// into two mappings, and a process may hold only vm.max_map_count (65530) of them.
+struct EmuFiberRegion {
+    uint64_t base, span;      // slot s at base + (s << shift): kMaxThreads slots per worker
+    uint64_t stack_size;      // usable bytes per stack
+    int32_t shift, workers;   // slots' size, workers with slots
+    int32_t mapped[EMU_MAX_WORKERS];  // stacks made usable, per worker
 };
 struct EmuCounters {
     uint64_t read[EMU_MAX_ARGS], write[EMU_MAX_ARGS];

@@ -355,7 +355,7 @@ EMU_API uint64_t emu_static_shared(int kernel) {
 EMU_API int emu_abi_version() { return EMU_ABI_VERSION; }
 // "Struct.field@offset+size,..." for every field Python's ctypes mirrors (ckptlab/emu/abi.py)
 EMU_API const char* emu_abi_layout() {
-    static char out[1024];
+    static char out[4096];  // (the layout is about 900 characters)
     int n = 0;
 #define EMU_FIELD(S, f)                                                                       \
     n += snprintf(out + n, sizeof out - n, "%s%s.%s@%zu+%zu", n ? "," : "", #S, #f,         \
@@ -365,6 +365,7 @@ EMU_API const char* emu_abi_layout() {
     EMU_FIELD(Config, counted); EMU_FIELD(Config, race_check); EMU_FIELD(Config, stack_kib);
     EMU_FIELD(Config, shuffle_blocks); EMU_FIELD(Config, watchdog_s); EMU_FIELD(Config, seed);
     EMU_FIELD(Config, kernel); EMU_FIELD(Config, shared_opt_in); EMU_FIELD(Config, workers);
+    EMU_FIELD(Config, fiber_region);
     EMU_FIELD(Counters, read); EMU_FIELD(Counters, write); EMU_FIELD(Counters, atomic_ops);
     EMU_FIELD(Counters, atomic_bytes); EMU_FIELD(Counters, unique_read);
     EMU_FIELD(Counters, unique_write); EMU_FIELD(Counters, shared_read);
@@ -373,6 +374,9 @@ EMU_API const char* emu_abi_layout() {
     EMU_FIELD(Fault, kind); EMU_FIELD(Fault, has_thread); EMU_FIELD(Fault, block);
     EMU_FIELD(Fault, thread); EMU_FIELD(Fault, pc); EMU_FIELD(Fault, line);
     EMU_FIELD(Fault, file); EMU_FIELD(Fault, message);
+    EMU_FIELD(FiberRegion, base); EMU_FIELD(FiberRegion, span);
+    EMU_FIELD(FiberRegion, stack_size); EMU_FIELD(FiberRegion, shift);
+    EMU_FIELD(FiberRegion, workers); EMU_FIELD(FiberRegion, mapped);
 #undef EMU_FIELD
     return out;
 }

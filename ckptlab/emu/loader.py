@@ -296,7 +296,7 @@ class Kernel:
                          int(s.block_order == "shuffled"), float(s.watchdog_s),
                          _next_seed() if s.block_order == "shuffled" else 0, self.index,
                          int(self.max_dynamic_shared_size_bytes > DEFAULT_SHARED_LIMIT),
-                         config.workers_for_launch(s), 0)
+                         config.workers_for_launch(s), 0, ctypes.addressof(abi.FIBER_REGION))
         counters = abi.Counters()
         launcher = ctypes.cast(getattr(lib, f"emu_launch_{self.index}"), ctypes.c_void_p)
         with _LAUNCH_LOCK:

@@ -61,6 +61,7 @@ using Buf = EmuBuf;
 using Config = EmuConfig;
 using Counters = EmuCounters;
 using Fault = EmuFault;
+using FiberRegion = EmuFiberRegion;
 
 enum State : uint8_t { READY, AT_BARRIER, AT_WARP, EXITED, ABORTED };
 enum FaultKind {

@@ -74,55 +74,61 @@ void switch_between(Fiber* f, Fiber& next) { swapcontext(&ctx_of(*f), &ctx_of(ne
 #endif
 
 
-// The fiber region: kMaxThreads slots per worker, each a guard page range and a stack, at
-// g_fbase + (slot << g_fshift), so that a fiber finds its slot from its stack pointer.
-static int g_fworkers;             // workers the region has slots for
-static int g_mapped[kMaxWorkers];  // stacks mapped per worker
-
-bool ensure_fibers(int workers, int threads, size_t stack_size) {
+// The fiber region (abi.h: EmuFiberRegion, one per process): kMaxThreads slots per worker, each
+// a guard range and a stack, at base + (slot << shift), so that a fiber finds its slot from its
+// stack pointer. This module's globals copy it at each launch.
+static bool ensure_region(FiberRegion& R, int workers, int threads, size_t stack_size) {
     const size_t need = kGuard + stack_size + kMaxColour;
     int shift = 18;  // at least: g_wshift = shift + 10 >= kArenaShift
     while ((size_t(1) << shift) < need) ++shift;
-    if (stack_size != g_stack_size || workers > g_fworkers) {  // a new region
-        if (g_fbase) munmap(reinterpret_cast<void*>(g_fbase), g_fspan);
-        emu_fbase = g_fbase = 0, emu_fshift = 0, g_fspan = 0, g_fworkers = 0;
+    if (stack_size != R.stack_size || workers > R.workers || !R.base) {  // a new region
+        if (R.base) munmap(reinterpret_cast<void*>(R.base), R.span);
+        R.base = 0, R.span = 0, R.workers = 0;
         const uint64_t span = uint64_t(workers) * kMaxThreads << shift;
         void* m = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                        -1, 0);
         if (m == MAP_FAILED) return false;
-        for (int k = 0; k < kMaxWorkers; ++k) g_mapped[k] = 0;
-        if (!g_fibers) {
-            const size_t bytes = size_t(kMaxWorkers) * kMaxThreads * sizeof(Fiber);
-            void* fibers = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-            if (fibers == MAP_FAILED) return false;
-            g_fibers = static_cast<Fiber*>(fibers);
-            emu_heads = reinterpret_cast<EmuHead*>(g_fibers);
-#if !(defined(__x86_64__) && !defined(EMU_UCONTEXT))
-            g_ctx = static_cast<ucontext_t*>(calloc(size_t(kMaxWorkers) * (kMaxThreads + 1),
-                                                    sizeof(ucontext_t)));
-            if (!g_ctx) return false;
-#endif
-        }
-        g_stack_size = stack_size, g_fworkers = workers, g_fshift = shift;
-        g_wshift = shift + 10;  // >= 28: an arena fits in a worker's stride
-        emu_wmask = g_wmask = ~((uint64_t(1) << g_wshift) - 1);
-        static_assert(kMaxThreads == 1 << 10, "g_wshift");
-        g_fspan = span;
-        emu_fshift = static_cast<uint64_t>(shift);
-        emu_fbase = g_fbase = reinterpret_cast<uintptr_t>(m);
+        for (int k = 0; k < kMaxWorkers; ++k) R.mapped[k] = 0;
+        R.base = reinterpret_cast<uintptr_t>(m), R.span = span, R.stack_size = stack_size;
+        R.shift = shift, R.workers = workers;
     }
     for (int k = 0; k < workers; ++k) {
-        for (; g_mapped[k] < threads; ++g_mapped[k]) {
-            const int t = g_mapped[k];
+        for (; R.mapped[k] < threads; ++R.mapped[k]) {
+            const int t = R.mapped[k];
             const size_t slot = size_t(k) * kMaxThreads + size_t(t);
-            char* base = reinterpret_cast<char*>(g_fbase + (slot << shift));
+            char* base = reinterpret_cast<char*>(R.base + (slot << shift));
             // the stack starts at base + kGuard + colour(t): PROT_NONE below (< 4 KiB of slack)
             char* rw = base + kGuard + colour(t) / 4096 * 4096;
             if (mprotect(rw, (size_t(1) << shift) - size_t(rw - base), PROT_READ | PROT_WRITE))
                 return false;
         }
     }
+    return true;
+}
+
+bool ensure_fibers(int workers, int threads, size_t stack_size) {
+    FiberRegion* R = reinterpret_cast<FiberRegion*>(g_cfg.fiber_region);
+    if (!R || !ensure_region(*R, workers, threads, stack_size)) return false;
+    if (!g_fibers) {  // this module's fibers: one per slot of the region
+        const size_t bytes = size_t(kMaxWorkers) * kMaxThreads * sizeof(Fiber);
+        void* fibers = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (fibers == MAP_FAILED) return false;
+        g_fibers = static_cast<Fiber*>(fibers);
+        emu_heads = reinterpret_cast<EmuHead*>(g_fibers);
+#if !(defined(__x86_64__) && !defined(EMU_UCONTEXT))
+        g_ctx = static_cast<ucontext_t*>(calloc(size_t(kMaxWorkers) * (kMaxThreads + 1),
+                                                sizeof(ucontext_t)));
+        if (!g_ctx) return false;
+#endif
+    }
+    g_stack_size = R->stack_size, g_fshift = R->shift;
+    g_wshift = R->shift + 10;  // >= 28: an arena fits in a worker's stride
+    static_assert(kMaxThreads == 1 << 10, "g_wshift");
+    emu_wmask = g_wmask = ~((uint64_t(1) << g_wshift) - 1);
+    g_fspan = R->span;
+    emu_fshift = static_cast<uint64_t>(R->shift);
+    emu_fbase = g_fbase = R->base;
     return true;
 }
 
