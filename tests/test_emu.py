@@ -294,13 +294,15 @@ def test_shuffled_block_order_runs_every_block_once(features):
 def test_shuffled_block_order_shows_atomic_nondeterminism(features):
     """One float accumulated by atomicAdd from many blocks: the order of the additions decides
     the rounding. Serial order gives the same bits every run; shuffled orders (as a GPU's
-    scheduler may produce) give different bits, and a fixed block_seed repeats one order."""
+    scheduler may produce) give different bits, and a fixed block_seed repeats one order.
+    With one worker: several workers interleave their atomics in no fixed order themselves,
+    as a GPU's SMs do (test_emu_workers.py checks their sums)."""
     x = (np.random.default_rng(1).standard_normal(64 * 64) * 1e3).astype(np.float32)
     f = features.get_function("atomics")
 
     def total(**kw):
         s = np.zeros(1, np.float32)
-        with emu.settings(**kw):
+        with emu.settings(workers=1, **kw):
             f((64,), (64,), (x, s, np.zeros(4, np.int32), np.zeros(1, np.int32),
                              np.int32(x.size)))
         return s[0]

@@ -1,13 +1,16 @@
 """How fast is the CPU emulator? `python -m ckptlab bench emu`
 
 Runs kernels/sgemm_tiled.cu at M = N = K = 256 (65,536 emulated threads, 16 k-tiles, 32
-__syncthreads each) in each mode and reports the median over repeats:
+__syncthreads each) in each mode, on one worker and on several (OS threads running blocks at
+once), and reports the median over repeats:
 
     threads/s  = emulated CUDA threads / wall seconds of the launch (compile excluded)
-    overhead   = median time of the mode / median time of "fast"
+    vs fast    = median time of the mode / median time of "fast" on as many workers
+    speed-up   = median time on 1 worker / median time on this many workers, same mode
 
 Modes: "fast" (plain build), "counted" (memory hooks: bytes per argument, bounds), and
-"counted+race" (also the shared-memory race check, the default in tests).
+"counted+race" (also the race check, the default in tests). Timings on a shared machine vary:
+the load average (/proc/loadavg) is printed with them; compare runs made under the same load.
 
 A second table runs the same product on tensor cores, kernels/wmma_gemm.cu<__nv_bfloat16>
 (the same 16 x 16 tiles, one warp a tile: 8,192 threads), next to the fp32 SGEMM, per mode:
@@ -18,6 +21,7 @@ A second table runs the same product on tensor cores, kernels/wmma_gemm.cu<__nv_
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 
@@ -31,8 +35,18 @@ from ckptlab.kernels.table import WMMA_TILE
 MODES = (("fast", False), ("counted", False), ("counted+race", True))
 
 
-def run(size: int = 256, repeats: int = 5) -> list[dict]:
-    """Rows of {mode, size, threads, median_s, threads_per_s, overhead}."""
+def load_average() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def run(size: int = 256, repeats: int = 5, workers=(1, None)) -> list[dict]:
+    """Rows of {mode, workers, size, threads, median_s, min_s, max_s, threads_per_s, overhead,
+    speedup}. workers: the counts to run (None: one per CPU)."""
+    counts = sorted({w or emu.config.cpus() for w in workers})
     with device.use("emu"):
         f = device.load("sgemm_tiled.cu").get_function("sgemm_tiled")
     rng = np.random.default_rng(0)
@@ -41,19 +55,27 @@ def run(size: int = 256, repeats: int = 5) -> list[dict]:
     C = np.empty((size, size), np.float32)
     grid, block = (-(-size // TILE), -(-size // TILE)), (TILE, TILE)
     args = (A, B, C, np.int32(size), np.int32(size), np.int32(size))
+    threads = grid[0] * grid[1] * TILE * TILE
     rows = []
     for label, race in MODES:
         mode = "fast" if label == "fast" else "counted"
         with emu.settings(mode=mode, race_check=race):
             f(grid, block, args)  # warm-up: builds this mode's library if needed
-            times = [f(grid, block, args).seconds for _ in range(repeats)]
-        med = statistics.median(times)
-        threads = grid[0] * grid[1] * TILE * TILE
-        rows.append(dict(mode=label, size=size, threads=threads, median_s=med,
-                         threads_per_s=threads / med))
-    base = rows[0]["median_s"]
+            times = {w: [] for w in counts}
+            for _ in range(repeats):  # interleaved: a change in load hits every count alike
+                for w in counts:
+                    with emu.settings(workers=w):
+                        times[w].append(f(grid, block, args).seconds)
+        for w in counts:
+            med = statistics.median(times[w])
+            rows.append(dict(mode=label, workers=w, size=size, threads=threads, median_s=med,
+                             min_s=min(times[w]), max_s=max(times[w]),
+                             threads_per_s=threads / med))
     for r in rows:
-        r["overhead"] = r["median_s"] / base
+        fast = next(x for x in rows if x["mode"] == "fast" and x["workers"] == r["workers"])
+        one = next(x for x in rows if x["mode"] == r["mode"] and x["workers"] == counts[0])
+        r["overhead"] = r["median_s"] / fast["median_s"]
+        r["speedup"] = one["median_s"] / r["median_s"]
     return rows
 
 
@@ -106,11 +128,15 @@ def format_wmma_rows(rows: list[dict]) -> str:
 
 def format_rows(rows: list[dict]) -> str:
     out = [f"SGEMM {rows[0]['size']}^3 on the emulator ({rows[0]['threads']:,} threads), "
-           "median of repeats, one run",
-           f"{'mode':<14}{'median ms':>11}{'M threads/s':>13}{'vs fast':>9}"]
+           f"median of repeats (min..max), {os.cpu_count()} CPUs, load average "
+           f"{load_average()}",
+           f"{'mode':<14}{'workers':>8}{'median ms':>11}{'min..max ms':>16}{'M threads/s':>13}"
+           f"{'vs fast':>9}{'speed-up':>10}"]
     for r in rows:
-        out.append(f"{r['mode']:<14}{r['median_s'] * 1e3:>11.1f}{r['threads_per_s'] / 1e6:>13.2f}"
-                   f"{r['overhead']:>8.2f}x")
+        spread = f"{r['min_s'] * 1e3:.1f}..{r['max_s'] * 1e3:.1f}"
+        out.append(f"{r['mode']:<14}{r['workers']:>8}{r['median_s'] * 1e3:>11.1f}{spread:>16}"
+                   f"{r['threads_per_s'] / 1e6:>13.2f}{r['overhead']:>8.2f}x"
+                   f"{r['speedup']:>9.2f}x")
     return "\n".join(out)
 
 
@@ -119,11 +145,21 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", type=positive_int, default=256, help="M = N = K (default 256)")
     p.add_argument("--repeats", type=positive_int, default=5)
+    p.add_argument("--workers", default=None,
+                   help="comma-separated worker counts (default: 1 and one per CPU)")
     p.add_argument("--csv", metavar="FILE", help="also write the rows as CSV ('-': stdout)")
     a = p.parse_args(argv)
     if a.csv:
         writable_file(a.csv)
-    rows = run(a.size, a.repeats)
+    workers = (1, None)
+    if a.workers:
+        try:
+            workers = tuple(int(w) for w in a.workers.split(","))
+        except ValueError:
+            p.error(f"--workers: comma-separated integers, got {a.workers!r}")
+        if not all(1 <= w <= emu.abi.MAX_WORKERS for w in workers):
+            p.error(f"--workers: each in [1, {emu.abi.MAX_WORKERS}]")
+    rows = run(a.size, a.repeats, workers)
     print(format_rows(rows))
     wmma_rows = run_wmma(a.size, a.repeats)
     print()

@@ -6,7 +6,7 @@
 #pragma once
 #include <stdint.h>
 
-#define EMU_ABI_VERSION 4
+#define EMU_ABI_VERSION 6
 
 // ---- limits of a CUDA launch (CUDA C++ Programming Guide, "Compute Capabilities" table) ----
 #define EMU_MAX_BLOCK_THREADS 1024   // threads per block
@@ -23,10 +23,13 @@
 #define EMU_SHARED_OPTIN_LIMIT (227 * 1024)
 // Kernel arguments the emulator tracks: pointer parameters per kernel.
 #define EMU_MAX_ARGS 64
-// OS threads running the blocks of one launch (ckptlab.emu.settings(workers=...)).
+// OS threads running the blocks of one launch (ckptlab.emu.settings(workers=...)). Config.workers
+// < 0: automatic, up to -workers, and one (the calling thread) for a launch of fewer threads
+// than EMU_AUTO_MIN_THREADS (waking workers costs ~50-100 us; 4096 threads take longer).
 #define EMU_MAX_WORKERS 256
+#define EMU_AUTO_MIN_THREADS 4096
 // Bytes of race-check shadow per 4 bytes of memory checked (runtime.h: struct Shadow).
-#define EMU_SHADOW_BYTES 40
+#define EMU_SHADOW_BYTES 32
 
 // ---- fault kinds: emu_launch's return code and Fault.kind -----------------------------------
 enum EmuFaultKind {
@@ -70,8 +73,18 @@ struct EmuConfig {
     uint64_t seed;            // of the block order when shuffle_blocks
     int32_t kernel;           // which kernel of the module (its static shared memory)
     int32_t shared_opt_in;    // 1 if max_dynamic_shared_size_bytes was raised above 48 KiB
-    int32_t workers;          // OS threads running blocks (1 = one after another)
+    int32_t workers;          // OS threads running blocks (1 = one after another; < 0: auto)
     int32_t pad;
+    uint64_t fiber_region;    // the process's EmuFiberRegion (Python owns it)
+};
+// The fibers' stacks: one region for the whole process, used by every module's launches in
+// turn (launches run one at a time), not one per module: each stack's guard splits the region
+// into two mappings, and a process may hold only vm.max_map_count (65530) of them.
+struct EmuFiberRegion {
+    uint64_t base, span;      // slot s at base + (s << shift): kMaxThreads slots per worker
+    uint64_t stack_size;      // usable bytes per stack
+    int32_t shift, workers;   // slots' size, workers with slots
+    int32_t mapped[EMU_MAX_WORKERS];  // stacks made usable, per worker
 };
 struct EmuCounters {
     uint64_t read[EMU_MAX_ARGS], write[EMU_MAX_ARGS];
@@ -79,6 +92,7 @@ struct EmuCounters {
     // distinct bytes the launch read / wrote per argument (an atomic counts as both)
     uint64_t unique_read[EMU_MAX_ARGS], unique_write[EMU_MAX_ARGS];
     uint64_t shared_read, shared_write, shared_atomics, threads, blocks;
+    uint64_t workers;         // OS threads that ran the blocks
 };
 struct EmuFault {
     int32_t kind, has_thread;

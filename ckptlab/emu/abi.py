@@ -15,6 +15,7 @@ _C = cdefs.read(HEADER)
 VERSION = _C["EMU_ABI_VERSION"]
 MAX_ARGS = _C["EMU_MAX_ARGS"]
 MAX_WORKERS = _C["EMU_MAX_WORKERS"]
+AUTO_MIN_THREADS = _C["EMU_AUTO_MIN_THREADS"]
 SHADOW_BYTES = _C["EMU_SHADOW_BYTES"]
 MAX_BLOCK_THREADS = _C["EMU_MAX_BLOCK_THREADS"]
 BLOCK_LIMITS = (_C["EMU_MAX_BLOCK_X"], _C["EMU_MAX_BLOCK_Y"], _C["EMU_MAX_BLOCK_Z"])
@@ -38,7 +39,14 @@ class Config(ctypes.Structure):
                 ("stack_kib", ctypes.c_int32), ("shuffle_blocks", ctypes.c_int32),
                 ("watchdog_s", ctypes.c_double), ("seed", ctypes.c_uint64),
                 ("kernel", ctypes.c_int32), ("shared_opt_in", ctypes.c_int32),
-                ("workers", ctypes.c_int32), ("pad", ctypes.c_int32)]
+                ("workers", ctypes.c_int32), ("pad", ctypes.c_int32),
+                ("fiber_region", ctypes.c_uint64)]
+
+
+class FiberRegion(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_uint64), ("span", ctypes.c_uint64),
+                ("stack_size", ctypes.c_uint64), ("shift", ctypes.c_int32),
+                ("workers", ctypes.c_int32), ("mapped", ctypes.c_int32 * MAX_WORKERS)]
 
 
 class Counters(ctypes.Structure):
@@ -46,7 +54,8 @@ class Counters(ctypes.Structure):
                 for n in ("read", "write", "atomic_ops", "atomic_bytes", "unique_read",
                   "unique_write")] + [
         (n, ctypes.c_uint64)
-        for n in ("shared_read", "shared_write", "shared_atomics", "threads", "blocks")]
+        for n in ("shared_read", "shared_write", "shared_atomics", "threads", "blocks",
+                  "workers")]
 
 
 class Fault(ctypes.Structure):
@@ -56,7 +65,9 @@ class Fault(ctypes.Structure):
                 ("file", ctypes.c_char * 256), ("message", ctypes.c_char * 2048)]
 
 
-STRUCTS = {"Buf": Buf, "Config": Config, "Counters": Counters, "Fault": Fault}
+STRUCTS = {"Buf": Buf, "Config": Config, "Counters": Counters, "Fault": Fault,
+           "FiberRegion": FiberRegion}
+FIBER_REGION = FiberRegion()  # the process's (abi.h): every module's launches share it
 
 
 def layout() -> str:

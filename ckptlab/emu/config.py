@@ -11,10 +11,15 @@
                 random order, new each launch, as a GPU promises no order; atomics then sum in
                 different orders and show their run-to-run differences.
     block_seed  with "shuffled": a fixed seed (int) for a reproducible order; None = fresh.
+    workers     OS threads running the blocks of a launch at once; 1 runs them one after
+                another, in order, on the calling thread. None (default): one per CPU this
+                process may use, for launches of at least AUTO_MIN_THREADS threads (smaller ones
+                run on the calling thread: waking workers would cost more than they save). A
+                block's threads stay on one worker. Counts are the same whatever the number.
 
 Set them for the process with configure(...), or for a block with `with settings(...)`. The
 environment can preset them: CKPTLAB_EMU_MODE, CKPTLAB_EMU_RACE_CHECK=0|1,
-CKPTLAB_EMU_STACK_KIB, CKPTLAB_EMU_WATCHDOG_S.
+CKPTLAB_EMU_STACK_KIB, CKPTLAB_EMU_WATCHDOG_S, CKPTLAB_EMU_WORKERS.
 """
 
 from __future__ import annotations
@@ -22,6 +27,23 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass, replace
+
+from . import abi
+
+AUTO_MIN_THREADS = abi.AUTO_MIN_THREADS  # abi.h: EMU_AUTO_MIN_THREADS
+
+
+def workers_for_launch(s: "Settings") -> int:
+    """The Config.workers of a launch: the number asked for, or -(CPUs) for automatic."""
+    return s.workers if s.workers is not None else -cpus()
+
+
+def cpus() -> int:
+    """CPUs this process may run on (its affinity mask, else the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
@@ -32,6 +54,18 @@ class Settings:
     watchdog_s: float = 120.0
     block_order: str = "serial"
     block_seed: int | None = None
+    workers: int | None = None
+
+
+def _env_number(name: str, kind, default):
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r}: expected {'an integer' if kind is int else 'a number'}"
+                         ) from None
 
 
 def _from_env() -> Settings:
@@ -41,8 +75,9 @@ def _from_env() -> Settings:
         s,
         mode=env.get("CKPTLAB_EMU_MODE", s.mode),
         race_check=env.get("CKPTLAB_EMU_RACE_CHECK", "1") not in ("0", "false", "no"),
-        stack_kib=int(env.get("CKPTLAB_EMU_STACK_KIB", s.stack_kib)),
-        watchdog_s=float(env.get("CKPTLAB_EMU_WATCHDOG_S", s.watchdog_s)),
+        stack_kib=_env_number("CKPTLAB_EMU_STACK_KIB", int, s.stack_kib),
+        watchdog_s=_env_number("CKPTLAB_EMU_WATCHDOG_S", float, s.watchdog_s),
+        workers=_env_number("CKPTLAB_EMU_WORKERS", int, s.workers),  # unset: None, automatic
     ))
 
 
@@ -55,6 +90,10 @@ def _checked(s: Settings) -> Settings:
         raise ValueError(f"block_order must be 'serial' or 'shuffled', got {s.block_order!r}")
     if not s.watchdog_s > 0:
         raise ValueError(f"watchdog_s must be > 0 seconds, got {s.watchdog_s}")
+    if s.workers is not None and (isinstance(s.workers, bool) or not isinstance(s.workers, int)
+                                  or not 1 <= s.workers <= abi.MAX_WORKERS):
+        raise ValueError(f"workers must be None (one per CPU) or an int in [1, "
+                         f"{abi.MAX_WORKERS}], got {s.workers!r}")
     return s
 
 
@@ -66,13 +105,14 @@ def current() -> Settings:
 
 
 def configure(*, mode=None, race_check=None, stack_kib=None, watchdog_s=None,
-              block_order=None, block_seed=None) -> Settings:
+              block_order=None, block_seed=None, workers=None) -> Settings:
     """Change the process-wide settings; returns the previous ones."""
     global _current
     previous = _current
     changes = {k: v for k, v in dict(mode=mode, race_check=race_check, stack_kib=stack_kib,
                                      watchdog_s=watchdog_s, block_order=block_order,
-                                     block_seed=block_seed).items() if v is not None}
+                                     block_seed=block_seed, workers=workers).items()
+               if v is not None}
     _current = _checked(replace(_current, **changes))
     return previous
 

@@ -50,6 +50,7 @@ class Launch:
     seconds: float
     threads: int = 0
     blocks: int = 0
+    workers: int = 0  # OS threads that ran its blocks
     args: dict = field(default_factory=dict)  # parameter name -> ArgTraffic (pointers only)
     shared_read_bytes: int = 0
     shared_write_bytes: int = 0

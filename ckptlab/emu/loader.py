@@ -44,6 +44,7 @@ def _next_seed() -> int:
 
 
 SHADOW_PER_BYTE = abi.SHADOW_BYTES / 4  # the race check: one Shadow per 4 argument bytes
+ASK_MEMORY_ABOVE = 64 << 20  # a launch needing less does not look at the available memory
 
 
 def launch_memory_bytes(arrays, race_check) -> int:
@@ -294,7 +295,8 @@ class Kernel:
         cfg = abi.Config(int(s.mode == "counted"), int(s.race_check), int(s.stack_kib),
                          int(s.block_order == "shuffled"), float(s.watchdog_s),
                          _next_seed() if s.block_order == "shuffled" else 0, self.index,
-                         int(self.max_dynamic_shared_size_bytes > DEFAULT_SHARED_LIMIT), 1, 0)
+                         int(self.max_dynamic_shared_size_bytes > DEFAULT_SHARED_LIMIT),
+                         config.workers_for_launch(s), 0, ctypes.addressof(abi.FIBER_REGION))
         counters = abi.Counters()
         launcher = ctypes.cast(getattr(lib, f"emu_launch_{self.index}"), ctypes.c_void_p)
         with _LAUNCH_LOCK:
@@ -308,7 +310,8 @@ class Kernel:
             raise self._fault(lib.emu_fault().contents, path)
         launch = Launch(kernel=self.name, module=self.module.name, grid=grid, block=block,
                         shared_mem=shared_mem, mode=s.mode, seconds=seconds,
-                        threads=counters.threads, blocks=counters.blocks)
+                        threads=counters.threads, blocks=counters.blocks,
+                        workers=counters.workers)
         if s.mode == "counted":  # counters are indexed by pointer parameter: 0, 1, ...
             names = [n for t, n in self.params if t.endswith("*")]
             launch.args = {
@@ -325,6 +328,8 @@ class Kernel:
     def _check_memory(self, args, s: config.Settings) -> None:
         arrays = [a for (t, _), a in zip(self.params, args, strict=True) if t.endswith("*")]
         need = launch_memory_bytes(arrays, s.race_check if s.mode == "counted" else None)
+        if need < ASK_MEMORY_ABOVE:  # not worth reading /proc/meminfo at every small launch
+            return
         have = available_memory_bytes()
         if have is not None and need > have:
             mib = 1 << 20

@@ -19,7 +19,25 @@
 static size_t page_up(size_t n) { return (n + 4095) & ~size_t(4095); }
 
 // ---- kernel arguments -------------------------------------------------------------------------
-static uintptr_t g_arg_reservation;
+// The staging reservation: kMaxArgs slots of 2^g_staging_shift bytes, region r's pages mapped
+// for g_mapped_bytes[r] bytes from the middle of slot r.
+static uintptr_t g_staging;
+static int g_staging_shift;
+static uint64_t g_mapped_bytes[kMaxArgs];
+
+// Slots for n regions of 2^shift bytes (0, 0: give everything back).
+static bool reserve_staging(int n, int shift) {
+    if (g_staging && n && shift == g_staging_shift) return true;
+    if (g_staging) munmap(reinterpret_cast<void*>(g_staging), uint64_t(kMaxArgs) << g_staging_shift);
+    g_staging = 0, g_staging_shift = 0;
+    for (int r = 0; r < kMaxArgs; ++r) g_mapped_bytes[r] = 0;
+    if (!n) return true;
+    void* m = mmap(nullptr, uint64_t(kMaxArgs) << shift, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return false;
+    g_staging = reinterpret_cast<uintptr_t>(m), g_staging_shift = shift;
+    return true;
+}
 
 bool stage_args(const Buf* bufs, int nbuf, void** args) {
     g_nargs = nbuf, g_nregions = 0, g_arg_span = 0, g_arg_base = 0;
@@ -48,118 +66,119 @@ bool stage_args(const Buf* bufs, int nbuf, void** args) {
     // Slots of 2^shift bytes, data in the middle: margins of at least twice the biggest region.
     int shift = 24;
     while ((uint64_t(1) << shift) < 4 * biggest + (uint64_t(1) << 22)) ++shift;
-    const uint64_t span = uint64_t(g_nregions) << shift;
-    void* m = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (m == MAP_FAILED) return false;
-    g_arg_reservation = reinterpret_cast<uintptr_t>(m);
+    if (!reserve_staging(g_nregions, shift)) return false;
     for (int r = 0; r < g_nregions; ++r) {
         Region& R = g_regions[r];
-        R.lo = g_arg_reservation + (uint64_t(r) << shift) + (uint64_t(1) << (shift - 1));
-        if (R.size) {
+        R.lo = g_staging + (uint64_t(r) << shift) + (uint64_t(1) << (shift - 1));
+        if (R.size > g_mapped_bytes[r]) {  // pages for it (kept for the next launches)
             void* d = mmap(reinterpret_cast<void*>(R.lo), page_up(R.size), PROT_READ | PROT_WRITE,
                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
             if (d == MAP_FAILED) return false;
-            memcpy(d, reinterpret_cast<void*>(R.orig), R.size);
+            g_mapped_bytes[r] = page_up(R.size);
         }
+        if (R.size) memcpy(reinterpret_cast<void*>(R.lo), reinterpret_cast<void*>(R.orig), R.size);
         for (int i = R.first; i < R.first + R.n; ++i) {
             g_args[i].lo = R.lo + (g_args[i].orig - R.orig);
             *static_cast<uintptr_t*>(args[g_args[i].param]) = g_args[i].lo;  // the kernel's pointer
         }
     }
-    g_arg_base = g_arg_reservation, g_arg_shift = shift, g_arg_span = span;
+    g_arg_base = g_staging, g_arg_shift = shift, g_arg_span = uint64_t(g_nregions) << shift;
     return true;
 }
 
-// Results back into the caller's arrays (after a fault too: a GPU keeps partial writes).
+// Results back into the caller's arrays (after a fault too: a GPU keeps partial writes). The
+// staging stays mapped for the next launch (mmap/munmap per launch cost more than the copies,
+// with workers' TLBs to shoot down), unless it holds more than 256 MiB.
 void unstage_args() {
-    if (g_arg_reservation) {
+    if (g_arg_span) {
         for (int r = 0; r < g_nregions; ++r)
             if (g_regions[r].writable && g_regions[r].size)
                 memcpy(reinterpret_cast<void*>(g_regions[r].orig),
                        reinterpret_cast<void*>(g_regions[r].lo), g_regions[r].size);
-        munmap(reinterpret_cast<void*>(g_arg_reservation), g_arg_span);
+        uint64_t held = 0;
+        for (int r = 0; r < kMaxArgs; ++r) held += g_mapped_bytes[r];
+        if (held > (uint64_t(256) << 20)) reserve_staging(0, 0);
     }
-    g_arg_reservation = g_arg_base = 0, g_arg_span = 0, g_nregions = 0;
+    g_arg_base = 0, g_arg_span = 0, g_nregions = 0;
 }
 
 // ---- shared memory ----------------------------------------------------------------------------
-static uint8_t g_seen[kMaxKernels][kMaxShared];  // declaration counted for the kernel yet?
+// The race check's shadows of shared memory: worker k's at g_shadow_base + (k << (g_wshift + 2))
+// (kShMaxObj / 4 entries per slot: 640 MiB of address space each, touched where used).
+static int g_shadow_workers, g_shadow_wshift;
 
-bool ensure_arena(Worker* w, bool race_check) {
-    if (!w->arena) {
-        void* m = mmap(nullptr, kArenaSpan, PROT_READ | PROT_WRITE,
+bool ensure_shadows(int n) {
+    static_assert(size_t(kMaxShared + 1) * (kShMaxObj / 4) * sizeof(Shadow) <= size_t(1) << 30,
+                  "a worker's shadow fits its stride (g_wshift >= 28)");
+    if (n > g_shadow_workers || g_wshift != g_shadow_wshift) {
+        if (g_shadow_base)
+            munmap(reinterpret_cast<void*>(g_shadow_base),
+                   size_t(g_shadow_workers) << (g_shadow_wshift + 2));
+        void* m = mmap(nullptr, size_t(n) << (g_wshift + 2), PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        g_shadow_base = m == MAP_FAILED ? 0 : reinterpret_cast<uintptr_t>(m);
+        g_shadow_workers = m == MAP_FAILED ? 0 : n;
+        g_shadow_wshift = g_wshift;
         if (m == MAP_FAILED) return false;
-        w->arena = static_cast<char*>(m);
     }
-    if (race_check && !w->shadow) {
-        const size_t bytes = size_t(kMaxShared + 1) * (kShMaxObj / 4) * sizeof(Shadow);
-        void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (m == MAP_FAILED) return false;
-        w->shadow = static_cast<Shadow*>(m);
-    }
+    for (int k = 0; k < n; ++k)
+        g_workers[k]->shadow = reinterpret_cast<Shadow*>(g_shadow_base +
+                                                         (uint64_t(k) << (g_wshift + 2)));
     return true;
 }
 
-// Dynamic shared memory is poisoned (0xFF bytes read as NaN) before each block.
-void poison_dynamic(Worker* w) {
-    if (g_dyn_size) memset(w->arena + kShHalf, 0xFF, g_dyn_size);
+static char* slot_data(const Worker* w, int slot) {
+    return w->arena + (size_t(slot) << kShShift) + emu_slot_start(size_t(slot));
 }
 
-extern "C" void* emu_dynamic_shared(void) { return self()->w->arena + kShHalf; }
+// Shared memory is poisoned (0xFF bytes read as NaN) before each block: the dynamic buffer
+// and every declaration the module has run so far (emu_shared_declare poisons a new one).
+void poison_shared(Worker* w) {
+    const int n = __atomic_load_n(&g_nshdecl, __ATOMIC_ACQUIRE);
+    for (int slot = 0; slot <= n && slot <= kMaxShared; ++slot)
+        if (const uint64_t size = __atomic_load_n(&g_slot_size[slot], __ATOMIC_ACQUIRE))
+            memset(slot_data(w, slot), 0xFF, size);
+}
 
-// The first execution of a declaration (per instantiation: it initialises a static) takes its id.
+// The first execution of a declaration (per instantiation: it initialises a function's static)
+// takes its id, counts its bytes for the kernel running (a device function's __shared__ counts
+// for the first kernel that runs it) and poisons its slot in every worker's arena. It never
+// stops the thread (another worker may wait for the static): a GPU's limits are checked at the
+// next block and when the launch ends (shared_over_limit).
 extern "C" int emu_shared_declare(size_t size, size_t align, const char* name) {
     (void)align;  // the middle of a 1 MiB slot is aligned to 512 KiB
     const int id = __atomic_fetch_add(&g_nshdecl, 1, __ATOMIC_ACQ_REL);
-    if (id >= kMaxShared) return -1;
+    if (id >= kMaxShared) return kMaxShared - 1;  // over: shared_over_limit says so
+    size = size < kShMaxObj ? size : kShMaxObj;
     g_shdecl[id].name = name;
-    __atomic_store_n(&g_shdecl[id].size, size < kShMaxObj ? size : kShMaxObj, __ATOMIC_RELEASE);
+    for (int k = 0; k < kMaxWorkers; ++k)
+        if (g_workers[k]) memset(slot_data(g_workers[k], id + 1), 0xFF, size);
+    __atomic_fetch_add(&g_static_by_kernel[static_cast<size_t>(g_cfg.kernel) % kMaxKernels],
+                       size, __ATOMIC_ACQ_REL);
+    g_slots[id + 1] = SlotInfo{static_cast<uint32_t>(emu_slot_start(size_t(id) + 1)),
+                               static_cast<uint32_t>(size)};
+    __atomic_store_n(&g_slot_size[id + 1], size, __ATOMIC_RELEASE);
     return id;
 }
 
-[[noreturn]] __attribute__((noinline)) static void shared_fault(Fiber* f, void* pc,
-                                                                const char* what) {
-    set_fault(f->w, F_CONFIG, pc, nullptr, 0, "%s", what);
-    abort_fiber(f);
-}
-
-// Where declaration id lives for this block; the first use in a block poisons it (0xFF: reads
-// before writes show as NaN) and checks a GPU's limits: static shared memory of at most 48 KiB a
-// kernel, and static + dynamic within 48 KiB unless the kernel opted in (then the H100's 227).
-// A device function's __shared__ counts for every kernel that runs it.
-extern "C" void* emu_shared_at(int id) {
-    Fiber* f = self();
-    void* pc = __builtin_return_address(0);
-    if (!f) {  // a __shared__ outside any function: not supported
-        fprintf(stderr, "ckptlab.emu: __shared__ outside a function is not supported\n");
-        return nullptr;
+// A GPU's limits: static shared memory of at most 48 KiB a kernel, and static + dynamic within
+// 48 KiB unless the kernel opted in (then the H100's 227 KiB).
+bool shared_over_limit() {
+    const size_t k = static_cast<size_t>(g_cfg.kernel) % kMaxKernels;
+    const uint64_t stat = __atomic_load_n(&g_static_by_kernel[k], __ATOMIC_ACQUIRE);
+    const uint64_t limit = g_cfg.shared_opt_in ? EMU_SHARED_OPTIN_LIMIT : EMU_SHARED_STATIC_LIMIT;
+    if (__atomic_load_n(&g_nshdecl, __ATOMIC_ACQUIRE) > kMaxShared) {
+        set_fault(nullptr, F_CONFIG, nullptr, nullptr, 0,
+                  "more than %d __shared__ declarations in one module", kMaxShared);
+        return true;
     }
-    Worker* w = f->w;
-    if (id < 0) shared_fault(f, pc, "more than 255 __shared__ declarations in one module");
-    char* p = w->arena + (size_t(id + 1) << kShShift) + kShHalf;
-    if (w->poisoned[id + 1] != w->block_seq) {
-        const size_t size = g_shdecl[id].size;
-        memset(p, 0xFF, size);
-        w->poisoned[id + 1] = w->block_seq;
-        const size_t k = static_cast<size_t>(g_cfg.kernel) % kMaxKernels;
-        if (!__atomic_test_and_set(&g_seen[k][id], __ATOMIC_ACQ_REL))
-            __atomic_fetch_add(&g_static_by_kernel[k], size, __ATOMIC_ACQ_REL);
-        const uint64_t stat = __atomic_load_n(&g_static_by_kernel[k], __ATOMIC_ACQUIRE);
-        const uint64_t limit = g_cfg.shared_opt_in ? EMU_SHARED_OPTIN_LIMIT
-                                                   : EMU_SHARED_STATIC_LIMIT;
-        if (stat > EMU_SHARED_STATIC_LIMIT || stat + g_dyn_size > limit) {
-            char text[400];
-            snprintf(text, sizeof text,
-                     "shared memory over a GPU's limit: %zu bytes static + %zu dynamic; a kernel "
-                     "may have 48 KiB of static shared memory (ptxas refuses more), and static "
-                     "+ dynamic within 48 KiB unless max_dynamic_shared_size_bytes is raised",
-                     size_t(stat), size_t(g_dyn_size));
-            shared_fault(f, pc, text);
-        }
-    }
-    return p;
+    if (stat <= EMU_SHARED_STATIC_LIMIT && stat + g_dyn_size <= limit) return false;
+    set_fault(nullptr, F_CONFIG, nullptr, nullptr, 0,
+              "shared memory over a GPU's limit: %zu bytes static + %zu dynamic; a kernel may "
+              "have 48 KiB of static shared memory (ptxas refuses more), and static + dynamic "
+              "within 48 KiB unless max_dynamic_shared_size_bytes is raised",
+              size_t(stat), size_t(g_dyn_size));
+    return true;
 }
 
 // ---- __device__ variables -------------------------------------------------------------------
@@ -188,6 +207,7 @@ extern "C" void* emu_device_object(const void* init, size_t size, size_t align,
 constexpr size_t kRedzone = 64;
 struct HeapBlock { uintptr_t raw; uint64_t size; };
 static std::map<uintptr_t, HeapBlock>* g_heap;  // by the address malloc returned
+static int g_nheap;                              // its size
 static volatile int g_heap_lock;
 static uintptr_t g_freed_lo[64];
 static uint64_t g_freed_size[64];
@@ -195,18 +215,18 @@ static unsigned g_nfreed;
 
 // While a worker holds the lock (and runs std::map's code), a timer tick must not abandon it.
 static void heap_lock() {
-    if (Fiber* f = self()) ++f->w->busy;
+    if (Fiber* f = self()) worker_of(f)->busy = worker_of(f)->busy + 1;
     while (__atomic_exchange_n(&g_heap_lock, 1, __ATOMIC_ACQUIRE)) {}
 }
 static bool heap_trylock() {
-    if (Fiber* f = self()) ++f->w->busy;
+    if (Fiber* f = self()) worker_of(f)->busy = worker_of(f)->busy + 1;
     if (!__atomic_exchange_n(&g_heap_lock, 1, __ATOMIC_ACQUIRE)) return true;
-    if (Fiber* f = self()) --f->w->busy;
+    if (Fiber* f = self()) worker_of(f)->busy = worker_of(f)->busy - 1;
     return false;
 }
 static void heap_unlock() {
     __atomic_store_n(&g_heap_lock, 0, __ATOMIC_RELEASE);
-    if (Fiber* f = self()) --f->w->busy;
+    if (Fiber* f = self()) worker_of(f)->busy = worker_of(f)->busy - 1;
 }
 void reset_heap_lock() { __atomic_store_n(&g_heap_lock, 0, __ATOMIC_RELEASE); }
 
@@ -220,6 +240,7 @@ extern "C" void* emu_device_malloc(size_t size, const char* file, int line) {
     if (!g_heap) g_heap = new std::map<uintptr_t, HeapBlock>();
     (*g_heap)[reinterpret_cast<uintptr_t>(raw + kRedzone)] = HeapBlock{
         reinterpret_cast<uintptr_t>(raw), size};
+    __atomic_store_n(&g_nheap, static_cast<int>(g_heap->size()), __ATOMIC_RELEASE);
     heap_unlock();
     return raw + kRedzone;
 }
@@ -238,11 +259,12 @@ extern "C" void emu_device_free(void* p, const char* file, int line) {
         g_freed_lo[g_nfreed % 64] = it->first, g_freed_size[g_nfreed % 64] = it->second.size;
         ++g_nfreed;
         g_heap->erase(it);
+        __atomic_store_n(&g_nheap, static_cast<int>(g_heap->size()), __ATOMIC_RELEASE);
     }
     heap_unlock();
     if (found) return free(reinterpret_cast<void*>(raw));
     if (!f) return;
-    set_fault(f->w, F_ACCESS, nullptr, file, line,
+    set_fault(worker_of(f), F_ACCESS, nullptr, file, line,
               "free(%p): not an address device malloc returned, or freed already", p);
     abort_fiber(f);
 }
@@ -253,6 +275,7 @@ Found find_object(uintptr_t a, bool wait) {
         if (a - g_dev[i].res_lo < g_dev[i].res_hi - g_dev[i].res_lo)
             return Found{OBJ_DEVICE, g_dev[i].lo, g_dev[i].size, g_dev[i].name};
     Found out{OBJ_NONE, 0, 0, nullptr};
+    if (!__atomic_load_n(&g_nheap, __ATOMIC_ACQUIRE)) return out;  // no block: no lock to take
     if (wait) heap_lock();
     else if (!heap_trylock()) return out;  // describing a fault that struck inside the lock
     if (g_heap && !g_heap->empty()) {
@@ -281,13 +304,14 @@ static void relative(char* out, size_t n, uintptr_t a, size_t size, uintptr_t lo
 
 void describe_address(char* out, size_t n, Fiber* f, uintptr_t a, size_t size) {
     char what[128];
-    if (f && f->w->arena && a - reinterpret_cast<uintptr_t>(f->w->arena) < kArenaSpan) {
-        const uint64_t so = a - reinterpret_cast<uintptr_t>(f->w->arena);
+    const char* arena = f ? worker_of(f)->arena : nullptr;
+    if (arena && a - reinterpret_cast<uintptr_t>(arena) < kArenaSpan) {
+        const uint64_t so = a - reinterpret_cast<uintptr_t>(arena);
         const uint64_t slot = so >> kShShift;
-        const uintptr_t lo = reinterpret_cast<uintptr_t>(f->w->arena) + (slot << kShShift) + kShHalf;
+        const uintptr_t lo = reinterpret_cast<uintptr_t>(slot_data(worker_of(f), int(slot)));
         if (slot) snprintf(what, sizeof what, "__shared__ '%s'", g_shdecl[slot - 1].name);
         else snprintf(what, sizeof what, "the dynamic shared memory (extern __shared__)");
-        return relative(out, n, a, size, lo, slot ? g_shdecl[slot - 1].size : g_dyn_size, what);
+        return relative(out, n, a, size, lo, g_slot_size[slot], what);
     }
     if (a - g_arg_base < g_arg_span) {
         const Region& R = g_regions[(a - g_arg_base) >> g_arg_shift];

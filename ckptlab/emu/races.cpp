@@ -11,9 +11,9 @@
 // Workers share the global shadows: an access locks its stripe of the argument first.
 #include "runtime.h"
 
-static bool ordered(Worker* w, int t, int other_tid, uint32_t other_sync) {
+static bool ordered(Worker* w, int t, int other_tid, uint16_t other_sync) {
     return other_tid == t || (other_tid / 32 == t / 32 &&
-                              w->common[t / 32][t % 32][other_tid % 32] > other_sync);
+                              synced_after(w->common[t / 32][t % 32][other_tid % 32], other_sync));
 }
 
 static bool readers_ordered(Worker* w, int t, const Shadow& s) {
@@ -21,18 +21,21 @@ static bool readers_ordered(Worker* w, int t, const Shadow& s) {
     if (s.r_warp != t / 32) return false;
     for (int lane = 0; lane < 32; ++lane)  // every reader lane synced with us since its read
         if (((s.r_lanes >> lane) & 1u) && lane != t % 32 &&
-            !(w->common[t / 32][t % 32][lane] > s.r_sync))
+            !synced_after(w->common[t / 32][t % 32][lane], s.r_sync))
             return false;
     return true;
 }
 
-// kind: 0 read, 1 write, 2 atomic. True (and *out filled) on a conflict; the caller reports it
-// once it holds no lock.
-bool race_check(Worker* w, Fiber* f, Shadow* shadow, size_t off, size_t size, int kind,
-                uint64_t identity, bool global, Conflict* out) {
-    const int t = f->tid;
-    const uint16_t tid = static_cast<uint16_t>(t);
+// kind: 0 read, 1 write, 2 atomic. True (and w->conflict filled) on a conflict; the caller
+// reports it once it holds no lock.
+template <bool global>
+__attribute__((always_inline)) static inline bool check(Worker* w, int t, Shadow* shadow,
+                                                        size_t off, size_t size, int kind) {
+    const uint64_t identity = global ? w->block_linear + 1 : w->block_seq;
+    Conflict* out = &w->conflict;
     const uint64_t epoch = (identity << kEpochBits) | w->bepoch;
+    const uint16_t other = static_cast<uint16_t>(identity) ? static_cast<uint16_t>(identity) : 1;
+    const uint16_t sync = static_cast<uint16_t>(sync_id(w));
     const bool write = kind != 0, atomic = kind == 2;
     for (size_t g = off / 4; g <= (off + size - 1) / 4; ++g) {
         const size_t lo = g * 4 > off ? g * 4 : off;
@@ -40,15 +43,15 @@ bool race_check(Worker* w, Fiber* f, Shadow* shadow, size_t off, size_t size, in
         const uint8_t m = static_cast<uint8_t>(((1u << (hi - lo)) - 1) << (lo - g * 4));
         Shadow& s = shadow[g];
         const uint64_t w_id = s.w_epoch >> kEpochBits, r_id = s.r_epoch >> kEpochBits;
-        if (w_id && (s.w_bytes & m) && !(atomic && s.w_atomic)) {
-            const char* theirs = s.w_atomic ? "updated atomically" : "wrote";
+        if (w_id && (s.w_bytes() & m) && !(atomic && s.w_atomic())) {
+            const char* theirs = s.w_atomic() ? "updated atomically" : "wrote";
             if (w_id != identity) {  // another block's (global) or stale (shared)
                 if (global) return *out = {theirs, lo, -1, true}, true;
-            } else if (s.w_epoch == epoch && !ordered(w, t, s.w_tid, s.w_sync)) {
-                return *out = {theirs, lo, s.w_tid, false}, true;
+            } else if (s.w_epoch == epoch && !ordered(w, t, s.w_thread(), s.w_sync)) {
+                return *out = {theirs, lo, s.w_thread(), false}, true;
             }
         }
-        if (write && r_id && (s.r_bytes & m)) {
+        if (write && r_id && (s.r_bytes() & m)) {
             if (r_id != identity) {
                 if (global) return *out = {"read", lo, -1, true}, true;
             } else if (s.r_epoch == epoch && !readers_ordered(w, t, s)) {
@@ -57,25 +60,34 @@ bool race_check(Worker* w, Fiber* f, Shadow* shadow, size_t off, size_t size, in
                                false}, true;
             }
         }
-        if (write && global && s.r_other && s.r_other != static_cast<uint32_t>(identity))
+        if (write && global && s.r_other && s.r_other != other)
             return *out = {"read", lo, -1, true}, true;
         if (write) {
-            if (s.w_epoch == epoch && s.w_tid == tid) s.w_bytes |= m;
-            else s.w_epoch = epoch, s.w_tid = tid, s.w_bytes = m;
-            s.w_sync = w->sync_id;
-            s.w_atomic = atomic;
+            const uint16_t me = static_cast<uint16_t>(t | (atomic ? 0x8000 : 0));
+            if (s.w_epoch == epoch && s.w_thread() == t) s.bytes |= m;
+            else s.w_epoch = epoch, s.bytes = static_cast<uint8_t>((s.bytes & 0xF0) | m);
+            s.w_tid = me;
+            s.w_sync = sync;
         } else if (s.r_epoch != epoch) {
-            if (global && r_id && r_id != identity) s.r_other = static_cast<uint32_t>(r_id);
+            if (global && r_id && r_id != identity)
+                s.r_other = static_cast<uint16_t>(r_id) ? static_cast<uint16_t>(r_id) : 1;
             s.r_epoch = epoch, s.r_warp = static_cast<uint16_t>(t / 32);
-            s.r_lanes = 1u << (t % 32), s.r_sync = w->sync_id, s.r_bytes = m;
+            s.r_lanes = 1u << (t % 32), s.r_sync = sync;
+            s.bytes = static_cast<uint8_t>((s.bytes & 0x0F) | (m << 4));
         } else {
             if (s.r_warp != t / 32) s.r_warp = kManyWarps;
             s.r_lanes |= 1u << (t % 32);
-            s.r_sync = w->sync_id;
-            s.r_bytes |= m;
+            s.r_sync = sync;
+            s.bytes |= static_cast<uint8_t>(m << 4);
         }
     }
     return false;
+}
+bool race_check_shared(Worker* w, int tid, Shadow* shadow, size_t off, size_t size, int kind) {
+    return check<false>(w, tid, shadow, off, size, kind);
+}
+bool race_check_global(Worker* w, int tid, Shadow* shadow, size_t off, size_t size, int kind) {
+    return check<true>(w, tid, shadow, off, size, kind);
 }
 
 [[noreturn]] void report_race(Fiber* f, const Conflict& c, int kind, int param, void* pc) {
@@ -86,10 +98,10 @@ bool race_check(Worker* w, Fiber* f, Shadow* shadow, size_t off, size_t size, in
         snprintf(who, sizeof who, "another block");
     } else if (c.other_tid >= 0) {
         strcpy(who, "thread ");
-        describe_thread(who + 7, sizeof who - 7, f->w->fibers[c.other_tid]);
+        describe_thread(who + 7, sizeof who - 7, worker_of(f)->fibers[c.other_tid]);
     }
     const char* mine = kind == 2 ? "updates atomically" : (kind ? "writes" : "reads");
-    set_fault(f->w, F_RACE, pc, nullptr, 0,
+    set_fault(worker_of(f), F_RACE, pc, nullptr, 0,
               "%s-memory race: this thread %s %s, which %s %s earlier %s",
               param >= 0 ? "global" : "shared", mine, where, who, c.theirs,
               c.other_block ? "in this launch (blocks run in no fixed order on a GPU: use "

@@ -47,7 +47,8 @@ emu_fiber_entry:
     .size emu_fiber_entry, .-emu_fiber_entry
 )");
 static void fiber_init(Fiber& f) {
-    uint64_t* sp = reinterpret_cast<uint64_t*>(reinterpret_cast<uintptr_t>(f.hi) & ~uintptr_t(15));
+    const uintptr_t hi = reinterpret_cast<uintptr_t>(stack_lo(f)) + g_stack_size;
+    uint64_t* sp = reinterpret_cast<uint64_t*>(hi & ~uintptr_t(15));
     *--sp = 0;                                                // padding
     *--sp = reinterpret_cast<uint64_t>(&emu_fiber_entry);     // where the first switch returns
     for (int i = 0; i < 6; ++i) *--sp = 0;                    // rbp rbx r12-r15
@@ -62,68 +63,72 @@ static ucontext_t& sched_ctx(Worker* w) { return g_ctx[kMaxWorkers * kMaxThreads
 static void fiber_init(Fiber& f) {
     ucontext_t& c = ctx_of(f);
     getcontext(&c);
-    c.uc_stack.ss_sp = f.lo;
-    c.uc_stack.ss_size = f.hi - f.lo;
+    c.uc_stack.ss_sp = stack_lo(f);
+    c.uc_stack.ss_size = g_stack_size;
     c.uc_link = nullptr;
     makecontext(&c, emu_fiber_main, 0);
 }
 void switch_to_fiber(Worker* w, Fiber& f) { swapcontext(&sched_ctx(w), &ctx_of(f)); }
-void switch_to_scheduler(Fiber* f) { swapcontext(&ctx_of(*f), &sched_ctx(f->w)); }
+void switch_to_scheduler(Fiber* f) { swapcontext(&ctx_of(*f), &sched_ctx(worker_of(f))); }
+void switch_between(Fiber* f, Fiber& next) { swapcontext(&ctx_of(*f), &ctx_of(next)); }
 #endif
 
-// Fiber t's stack top sits at a different offset modulo 64 KiB for each fiber ("colouring"):
-// with identical offsets every fiber's saved registers would fall into the same cache sets
-// and evict each other at every switch (measured: ~2x slower barriers).
-static size_t colour(int t) { return size_t(t % 64) * 64 + size_t(t / 64 % 16) * 4096; }
-constexpr size_t kMaxColour = 63 * 64 + 15 * 4096;
 
-// The fiber region: kMaxThreads slots per worker, each a guard page range and a stack, at
-// g_fbase + (slot << g_fshift), so that a fiber finds its slot from its stack pointer.
-static int g_fworkers;             // workers the region has slots for
-static int g_mapped[kMaxWorkers];  // stacks mapped per worker
-
-bool ensure_fibers(int workers, int threads, size_t stack_size) {
+// The fiber region (abi.h: EmuFiberRegion, one per process): kMaxThreads slots per worker, each
+// a guard range and a stack, at base + (slot << shift), so that a fiber finds its slot from its
+// stack pointer. This module's globals copy it at each launch.
+static bool ensure_region(FiberRegion& R, int workers, int threads, size_t stack_size) {
     const size_t need = kGuard + stack_size + kMaxColour;
-    int shift = 12;
+    int shift = 18;  // at least: g_wshift = shift + 10 >= kArenaShift
     while ((size_t(1) << shift) < need) ++shift;
-    if (stack_size != g_stack_size || workers > g_fworkers) {  // a new region
-        if (g_fbase) munmap(reinterpret_cast<void*>(g_fbase), g_fspan);
-        emu_fbase = g_fbase = 0, emu_fshift = 0, g_fspan = 0, g_fworkers = 0;
+    if (stack_size != R.stack_size || workers > R.workers || !R.base) {  // a new region
+        if (R.base) munmap(reinterpret_cast<void*>(R.base), R.span);
+        R.base = 0, R.span = 0, R.workers = 0;
         const uint64_t span = uint64_t(workers) * kMaxThreads << shift;
         void* m = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                        -1, 0);
         if (m == MAP_FAILED) return false;
-        for (int k = 0; k < kMaxWorkers; ++k) g_mapped[k] = 0;
-        if (!g_fibers) {
-            g_fibers = static_cast<Fiber*>(calloc(size_t(kMaxWorkers) * kMaxThreads,
-                                                  sizeof(Fiber)));
-            emu_heads = static_cast<EmuHead*>(calloc(size_t(kMaxWorkers) * kMaxThreads,
-                                                     sizeof(EmuHead)));
-#if !(defined(__x86_64__) && !defined(EMU_UCONTEXT))
-            g_ctx = static_cast<ucontext_t*>(calloc(size_t(kMaxWorkers) * (kMaxThreads + 1),
-                                                    sizeof(ucontext_t)));
-            if (!g_ctx) return false;
-#endif
-            if (!g_fibers || !emu_heads) return false;
-        }
-        g_stack_size = stack_size, g_fworkers = workers, g_fshift = shift;
-        g_fspan = span;
-        emu_fshift = static_cast<uint64_t>(shift);
-        emu_fbase = g_fbase = reinterpret_cast<uintptr_t>(m);
+        for (int k = 0; k < kMaxWorkers; ++k) R.mapped[k] = 0;
+        R.base = reinterpret_cast<uintptr_t>(m), R.span = span, R.stack_size = stack_size;
+        R.shift = shift, R.workers = workers;
     }
     for (int k = 0; k < workers; ++k) {
-        for (; g_mapped[k] < threads; ++g_mapped[k]) {
-            const int t = g_mapped[k];
+        for (; R.mapped[k] < threads; ++R.mapped[k]) {
+            const int t = R.mapped[k];
             const size_t slot = size_t(k) * kMaxThreads + size_t(t);
-            char* base = reinterpret_cast<char*>(g_fbase + (slot << shift));
-            Fiber& f = g_fibers[slot];
-            f.lo = base + kGuard + colour(t);  // below it: PROT_NONE (and < 4 KiB of slack)
-            f.hi = f.lo + stack_size;
+            char* base = reinterpret_cast<char*>(R.base + (slot << shift));
+            // the stack starts at base + kGuard + colour(t): PROT_NONE below (< 4 KiB of slack)
             char* rw = base + kGuard + colour(t) / 4096 * 4096;
             if (mprotect(rw, (size_t(1) << shift) - size_t(rw - base), PROT_READ | PROT_WRITE))
                 return false;
         }
     }
+    return true;
+}
+
+bool ensure_fibers(int workers, int threads, size_t stack_size) {
+    FiberRegion* R = reinterpret_cast<FiberRegion*>(g_cfg.fiber_region);
+    if (!R || !ensure_region(*R, workers, threads, stack_size)) return false;
+    if (!g_fibers) {  // this module's fibers: one per slot of the region
+        const size_t bytes = size_t(kMaxWorkers) * kMaxThreads * sizeof(Fiber);
+        void* fibers = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (fibers == MAP_FAILED) return false;
+        g_fibers = static_cast<Fiber*>(fibers);
+        emu_heads = reinterpret_cast<EmuHead*>(g_fibers);
+#if !(defined(__x86_64__) && !defined(EMU_UCONTEXT))
+        g_ctx = static_cast<ucontext_t*>(calloc(size_t(kMaxWorkers) * (kMaxThreads + 1),
+                                                sizeof(ucontext_t)));
+        if (!g_ctx) return false;
+#endif
+    }
+    g_stack_size = R->stack_size, g_fshift = R->shift;
+    g_wshift = R->shift + 10;  // >= 28: an arena fits in a worker's stride
+    static_assert(kMaxThreads == 1 << 10, "g_wshift");
+    emu_wmask = g_wmask = ~((uint64_t(1) << g_wshift) - 1);
+    g_fspan = R->span;
+    emu_fshift = static_cast<uint64_t>(R->shift);
+    emu_fbase = g_fbase = R->base;
     return true;
 }
 
@@ -134,9 +139,23 @@ extern "C" __attribute__((used)) void emu_fiber_main() {
     Fiber* f = self();
     warp_pending_check(f);  // may abort: a lane waits for this one at a warp op
     f->state = EXITED;
-    ++f->w->n_exited;
-    switch_to_scheduler(f);
+    yield_fiber(f);
     __builtin_unreachable();
+}
+
+// A thread that stops running (at a barrier, a warp operation, its end) hands the worker to the
+// next READY thread of this pass itself, or back to the scheduler when the pass is over: one
+// switch per thread and pass instead of two (a fault or a stop goes to the scheduler).
+void yield_fiber(Fiber* f) {
+    Worker* w = worker_of(f);
+    w->n_waiting += f->state == AT_BARRIER;
+    w->n_exited += f->state == EXITED;
+    if (!g_stop) {
+        Fiber* fib = w->fibers;
+        for (int t = f->tid + 1; t < g_nthreads; ++t)
+            if (fib[t].state == READY) return switch_between(f, fib[t]);
+    }
+    switch_to_scheduler(f);
 }
 
 static void barrier_error(Worker* w) {
@@ -204,13 +223,29 @@ static bool release_barrier(Worker* w) {
     w->reduce_result = count;  // emu_syncthreads_reduce turns it into count/and/or
     w->n_waiting = 0;
     ++w->bepoch;
+    set_epoch(w);
     return true;
+}
+
+// A stop asked from outside (watchdog, Ctrl-C) while the block's threads wait: the first one
+// that waits somewhere names the place.
+static bool stop_block(Worker* w) {
+    for (int t = 0; t < g_nthreads && g_fault_owner < 0; ++t) {
+        Fiber& f = w->fibers[t];
+        if (f.file && f.state != EXITED) {
+            w->cur = &f;
+            stop_message(w, g_stop_kind, nullptr, f.file, f.line);
+            w->cur = nullptr;
+        }
+    }
+    return false;
 }
 
 // Run the worker's current block (w->fibers' idx and block set). False: a fault, or a stop.
 bool run_block(Worker* w) {
     w->bepoch = 0;
     ++w->block_seq;
+    set_epoch(w);
     Fiber* fib = w->fibers;
     for (int t = 0; t < g_nthreads; ++t) {
         Fiber& f = fib[t];
@@ -222,25 +257,21 @@ bool run_block(Worker* w) {
     for (int k = 0; k < (g_nthreads + 31) / 32; ++k) w->warps[k].active = false;
     w->n_exited = w->n_waiting = 0;
     for (;;) {
-        // One pass: run every READY thread until it blocks or exits. A completed warp
-        // operation may make lanes before the current one READY: the next pass runs them.
-        bool ran = false;
-        for (int t = 0; t < g_nthreads; ++t) {
-            Fiber& f = fib[t];
-            if (f.state != READY) continue;
-            w->cur = &f;
-            switch_to_fiber(w, f);
-            w->cur = nullptr;
-            // A fault (this worker's or another's) ends the block. A stop asked from outside
-            // (watchdog, Ctrl-C) lets the next fiber that resumes record where it stopped.
-            if (g_fault_owner >= 0) return false;
-            ran = true;
+        // One pass: every READY thread runs until it blocks or exits, in order, each handing
+        // over to the next (yield_fiber). A completed warp operation may make lanes before the
+        // current one READY: the next pass runs them.
+        int first = 0;
+        while (first < g_nthreads && fib[first].state != READY) ++first;
+        if (first < g_nthreads) {
+            if (g_stop) return stop_block(w);
+            switch_to_fiber(w, fib[first]);
+            if (g_fault_owner >= 0) return false;  // a fault, this worker's or another's
+            if (g_stop) return stop_block(w);
         }
-        if (g_stop && !ran) return false;
         if (w->n_exited == g_nthreads) return true;
         if (w->n_exited + w->n_waiting == g_nthreads) {
             if (!release_barrier(w)) return false;
-        } else if (!ran) {
+        } else if (first == g_nthreads) {
             barrier_error(w);  // threads stuck at warp operations
             return false;
         }
@@ -249,24 +280,21 @@ bool run_block(Worker* w) {
 
 // ---- __syncthreads and warp operations (called from fibers) --------------------------------
 void wait_here(Fiber* f, uint8_t state, const char* file, int line) {
-    if (g_stop) stop_here(f, __builtin_return_address(0), file, line);
-    f->state = state, f->file = file, f->line = line;
-    switch_to_scheduler(f);
     if (g_stop) stop_here(f, nullptr, file, line);
+    f->state = state, f->file = file, f->line = line;
+    yield_fiber(f);
 }
 extern "C" void emu_syncthreads(const char* file, int line) {
-    Fiber* f = self();
+    Fiber* f = self_fiber();
     f->pred = 0;
-    ++f->w->n_waiting;
     wait_here(f, AT_BARRIER, file, line);
 }
 extern "C" int emu_syncthreads_reduce(int op, int pred, const char* file, int line) {
-    Fiber* f = self();
+    Fiber* f = self_fiber();
     f->pred = pred != 0;
-    ++f->w->n_waiting;
     wait_here(f, AT_BARRIER, file, line);
-    if (op == 0) return f->w->reduce_result;
-    if (op == 1) return f->w->reduce_result == g_nthreads;  // no thread may have exited
-    return f->w->reduce_result != 0;
+    if (op == 0) return worker_of(f)->reduce_result;
+    if (op == 1) return worker_of(f)->reduce_result == g_nthreads;  // no thread may have exited
+    return worker_of(f)->reduce_result != 0;
 }
 

@@ -94,7 +94,8 @@ void set_fault(Worker* w, int kind, void* pc, const char* file, int line, const 
                                      false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return;  // keep the first fault
     g_fault.kind = kind;
-    Fiber* f = w ? w->cur : nullptr;
+    Fiber* f = self();  // the thread at fault: the running one, or one the scheduler names
+    if (!f && w) f = w->cur;
     if (w) {
         g_fault.block[0] = w->block.x, g_fault.block[1] = w->block.y;
         g_fault.block[2] = w->block.z;
@@ -118,7 +119,7 @@ void set_fault(Worker* w, int kind, void* pc, const char* file, int line, const 
     __builtin_unreachable();
 }
 
-static void stop_message(Worker* w, int kind, void* pc, const char* file, int line) {
+void stop_message(Worker* w, int kind, void* pc, const char* file, int line) {
     if (kind == F_WATCHDOG)
         set_fault(w, F_WATCHDOG, pc, file, line,
                   "watchdog: the launch ran longer than %.1f s (an endless loop or a spin-wait "
@@ -132,7 +133,7 @@ static void stop_message(Worker* w, int kind, void* pc, const char* file, int li
 
 // A kernel thread at a safe point sees a stop: the watchdog or Ctrl-C names this place.
 [[noreturn]] void stop_here(Fiber* f, void* pc, const char* file, int line) {
-    if (g_fault_owner < 0) stop_message(f->w, g_stop_kind, pc, file, line);
+    if (g_fault_owner < 0) stop_message(worker_of(f), g_stop_kind, pc, file, line);
     abort_fiber(f);
 }
 
@@ -157,6 +158,7 @@ static timer_t g_timer;
 static bool g_timer_ok, g_fast_ticks;
 static volatile int g_active, g_interrupt;  // a launch runs; Ctrl-C arrived during it
 static pid_t g_launch_tid;
+static sigset_t g_launch_mask;  // the launching thread's: the workers take it while they work
 
 static pid_t gettid_() { return static_cast<pid_t>(syscall(SYS_gettid)); }
 static Worker* this_worker() {
@@ -204,20 +206,23 @@ static void supervise() {
         timer_settime(g_timer, 0, &its, nullptr);
         g_fast_ticks = true;
     }
-    for (int k = 0; k < g_nworkers; ++k)
-        if (const pid_t tid = g_workers[k]->tid) syscall(SYS_tgkill, getpid(), tid, kTickSignal);
+    for (int k = 0; k < g_nworkers; ++k) {  // (not itself, worker 0 of a one-worker launch)
+        const pid_t tid = g_workers[k]->tid;
+        if (tid && tid != g_launch_tid) syscall(SYS_tgkill, getpid(), tid, kTickSignal);
+    }
 }
 
 // A worker's tick: stop here only in the kernel's own code (no lock held), or after 5 s of
 // trying (a thread blocked that long in libc: then it is retired).
-static void tick(Worker* w, uintptr_t pc) {
-    if (!g_stop || !w->cur || w->busy) return;
+static void tick(Worker* w, Fiber* f, uintptr_t pc) {
+    if (!g_stop || !f || w->busy) return;
     const bool safe = in_kernel_code(pc);
     if (!safe && elapsed_s() - g_stop_time < 5.0) return;
     w->pending_kind = g_fault_owner < 0 ? g_stop_kind : 0;
     w->pending_sig = kTickSignal;
     w->pending_pc = reinterpret_cast<void*>(pc + 1);  // Python looks up pc - 1
     w->pending_retire = !safe;
+    w->cur = f;
     siglongjmp(w->jmp, 1);
 }
 
@@ -229,17 +234,23 @@ static void on_signal(int sig, siginfo_t* si, void* ucv) {
         return;
     }
     Worker* w = g_active ? this_worker() : nullptr;
-    uintptr_t pc = 0;
+    uintptr_t pc = 0, sp = 0;
 #if defined(__x86_64__)
     pc = static_cast<uintptr_t>(static_cast<ucontext_t*>(ucv)->uc_mcontext.gregs[REG_RIP]);
+    sp = static_cast<uintptr_t>(static_cast<ucontext_t*>(ucv)->uc_mcontext.gregs[REG_RSP]);
+#elif defined(__aarch64__)
+    pc = static_cast<uintptr_t>(static_cast<ucontext_t*>(ucv)->uc_mcontext.pc);
+    sp = static_cast<uintptr_t>(static_cast<ucontext_t*>(ucv)->uc_mcontext.sp);
 #endif
+    // the fiber interrupted, from its stack pointer (its stack's guard included)
+    Fiber* f = w && sp - g_fbase < g_fspan ? &g_fibers[(sp - g_fbase) >> g_fshift] : nullptr;
     if (sig == kTickSignal) {
         if (g_active && gettid_() == g_launch_tid) supervise();
-        else if (w) tick(w, pc);
+        if (w) tick(w, f, pc);  // (the launching thread is worker 0 of a one-worker launch)
         errno = saved_errno;
         return;
     }
-    if (!w || !w->cur) {  // not from a kernel thread
+    if (!f) {  // not from a kernel thread
         forward(sig, si, ucv);
         errno = saved_errno;
         return;
@@ -250,6 +261,7 @@ static void on_signal(int sig, siginfo_t* si, void* ucv) {
     // Inside the C library (glibc's abort on a corrupted heap, a bad pointer in memcpy): it may
     // hold a lock. The kernel's code and the runtime's hold none of glibc's.
     w->pending_retire = !in_module(pc);
+    w->cur = f;
     request_stop(0);
     siglongjmp(w->jmp, 1);
 }
@@ -264,8 +276,8 @@ void record_pending_fault(Worker* w) {
     if (w->pending_kind != F_SIGNAL) return;  // stopped for another worker's fault
     const uintptr_t a = reinterpret_cast<uintptr_t>(w->pending_addr);
     if ((sig == SIGSEGV || sig == SIGBUS) && f &&
-        a + kGuard + (1u << 20) >= reinterpret_cast<uintptr_t>(f->lo) &&
-        a < reinterpret_cast<uintptr_t>(f->lo)) {
+        a + kGuard + (1u << 20) >= reinterpret_cast<uintptr_t>(stack_lo(*f)) &&
+        a < reinterpret_cast<uintptr_t>(stack_lo(*f))) {
         set_fault(w, F_STACK, pc, nullptr, 0,
                   "fiber stack overflow: this thread used more than its %zu KiB stack (large "
                   "local arrays?); raise it with ckptlab.emu.configure(stack_kib=...)",
@@ -292,6 +304,7 @@ void record_pending_fault(Worker* w) {
 void install_signals(int watchdog_ms) {
     (void)watchdog_ms;
     g_launch_tid = gettid_();
+    pthread_sigmask(SIG_SETMASK, nullptr, &g_launch_mask);
     g_fast_ticks = false;
     struct sigaction sa{};
     sa.sa_sigaction = on_signal;
@@ -330,6 +343,7 @@ void remove_signals() {
 // Each worker's OS thread handles its signals on a stack of its own (a fiber's overflow).
 void worker_signals(Worker* w, bool on) {
     if (on) {
+        pthread_sigmask(SIG_SETMASK, &g_launch_mask, nullptr);
         w->pending_retire = false;
         w->tid = gettid_();
         if (!w->altstack) w->altstack = static_cast<char*>(malloc(64 * 1024));
@@ -338,9 +352,13 @@ void worker_signals(Worker* w, bool on) {
         ss.ss_size = 64 * 1024;
         sigaltstack(&ss, &w->old_altstack);
     } else {
-        sigset_t all;
-        sigfillset(&all);
-        pthread_sigmask(SIG_BLOCK, &all, nullptr);  // a late tick stays pending, then vanishes
+        // A pool thread goes idle with every signal blocked (a late tick stays pending until its
+        // next launch); the launching thread, worker 0 of a one-worker launch, keeps its mask.
+        if (gettid_() != g_launch_tid) {
+            sigset_t all;
+            sigfillset(&all);
+            pthread_sigmask(SIG_BLOCK, &all, nullptr);
+        }
         w->tid = 0;
         sigaltstack(&w->old_altstack, nullptr);
     }

@@ -6,10 +6,10 @@
 void warp_pending_check(Fiber* f) {
     // Thread f is about to exit. Lanes of its warp waiting for it would wait forever.
     const int t = f->tid;
-    Warp& wp = f->w->warps[t / 32];
+    Warp& wp = worker_of(f)->warps[t / 32];
     unsigned bit = 1u << (t % 32);
     if (wp.active && (wp.mask & bit) && !(wp.arrived & bit)) {
-        set_fault(f->w, F_WARP, nullptr, wp.file, wp.line,
+        set_fault(worker_of(f), F_WARP, nullptr, wp.file, wp.line,
                   "lane %d exits while other lanes of its warp wait for it at a warp operation "
                   "at %s:%d (mask 0x%08x includes it)",
                   t % 32, wp.file, wp.line, wp.mask);
@@ -34,7 +34,7 @@ static void complete_warp(Fiber* f, Warp& wp, int base, const char* file, int li
         if (!((wp.mask >> j) & 1u)) continue;
         int width = wp.width[j], src = j;
         if (is_shuffle(wp.op) && (width < 1 || width > 32 || (width & (width - 1)))) {
-            set_fault(f->w, F_WARP, nullptr, file, line,
+            set_fault(worker_of(f), F_WARP, nullptr, file, line,
                       "%s: width %d is not a power of two in [1, 32]", op_name(wp.op), width);
             abort_fiber(f);
         }
@@ -48,7 +48,7 @@ static void complete_warp(Fiber* f, Warp& wp, int base, const char* file, int li
         }
         if (is_shuffle(wp.op)) {
             if (src < 0 || src > 31 || !((wp.mask >> src) & 1u)) {
-                set_fault(f->w, F_WARP, nullptr, file, line,
+                set_fault(worker_of(f), F_WARP, nullptr, file, line,
                           "%s: lane %d reads lane %d, which is not in the mask 0x%08x "
                           "(undefined on a GPU)",
                           op_name(wp.op), j, src, wp.mask);
@@ -62,14 +62,14 @@ static void complete_warp(Fiber* f, Warp& wp, int base, const char* file, int li
         } else if (wp.op == EMU_ALL) {
             wp.result[j] = ballot == wp.mask;
         }
-        if (j + base != f->tid) f->w->fibers[base + j].state = READY;
+        if (j + base != f->tid) worker_of(f)->fibers[base + j].state = READY;
     }
 }
 
 static unsigned long long warp_op(int op, unsigned mask, unsigned long long bits, int arg,
                                   int width, const char* file, int line) {
-    Fiber* f = self();
-    Worker* w = f->w;
+    Fiber* f = self_fiber();
+    Worker* w = worker_of(f);
     if (g_stop) stop_here(f, nullptr, file, line);
     const int t = f->tid, lane = t % 32, base = t - lane;
     Warp& wp = w->warps[t / 32];
@@ -113,17 +113,16 @@ static unsigned long long warp_op(int op, unsigned mask, unsigned long long bits
         // Only __syncwarp orders the lanes' memory accesses (CUDA documents no ordering for
         // shuffles or votes), and only among the lanes of its mask.
         if (op == EMU_SYNCWARP) {
-            ++w->sync_id;
+            const uint32_t id = ++sync_id(w);
             for (int a = 0; a < 32; ++a)
                 if ((mask >> a) & 1u)
                     for (int b = 0; b < 32; ++b)
-                        if ((mask >> b) & 1u) w->common[t / 32][a][b] = w->sync_id;
+                        if ((mask >> b) & 1u) w->common[t / 32][a][b] = id;
         }
         return wp.result[lane];
     }
     f->state = AT_WARP, f->file = file, f->line = line;
-    switch_to_scheduler(f);
-    if (g_stop) stop_here(f, nullptr, file, line);
+    yield_fiber(f);
     return wp.result[lane];
 }
 
@@ -139,7 +138,7 @@ extern "C" unsigned emu_activemask(void) {
     unsigned m = 0;
     const int base = f->tid - f->tid % 32;
     for (int j = 0; j < 32 && base + j < g_nthreads; ++j)
-        if (f->w->fibers[base + j].state != EXITED) m |= 1u << j;
+        if (worker_of(f)->fibers[base + j].state != EXITED) m |= 1u << j;
     return m;
 }
 // A warp-collective library call (wmma::*, emu/include/mma.h) misused by the warp: a lane's
@@ -147,18 +146,18 @@ extern "C" unsigned emu_activemask(void) {
 // reports it as a warp fault at the kernel's line and ends the launch.
 extern "C" [[noreturn]] void emu_warp_fault(const char* file, int line, const char* message) {
     Fiber* f = self();
-    set_fault(f->w, F_WARP, nullptr, file, line, "%s", message);
+    set_fault(worker_of(f), F_WARP, nullptr, file, line, "%s", message);
     abort_fiber(f);
 }
 extern "C" void emu_trap(const char* what, const char* file, int line) {
     Fiber* f = self();
-    set_fault(f->w, F_TRAP, __builtin_return_address(0), file, line, "%s executed", what);
+    set_fault(worker_of(f), F_TRAP, __builtin_return_address(0), file, line, "%s executed", what);
     abort_fiber(f);
 }
 extern "C" void emu_kernel_abort(const char* file, int line) {
     Fiber* f = self();
     if (!f) ::abort();  // not a kernel thread: glibc's
-    set_fault(f->w, F_TRAP, nullptr, file, line, "abort() called");
+    set_fault(worker_of(f), F_TRAP, nullptr, file, line, "abort() called");
     abort_fiber(f);
 }
 // assert() in a kernel lands here (the module binds its own definition first).
@@ -166,7 +165,7 @@ extern "C" __attribute__((noreturn)) void __assert_fail(const char* expr, const 
                                                         unsigned line, const char*) noexcept {
     Fiber* f = self();
     if (!f) ::abort();
-    set_fault(f->w, F_TRAP, __builtin_return_address(0), file, static_cast<int>(line),
+    set_fault(worker_of(f), F_TRAP, __builtin_return_address(0), file, static_cast<int>(line),
               "assertion failed: %s", expr);
     abort_fiber(f);
 }
