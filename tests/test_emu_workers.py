@@ -229,3 +229,19 @@ def test_workers_setting_and_environment():
     env["CKPTLAB_EMU_WORKERS"] = "many"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode != 0 and "CKPTLAB_EMU_WORKERS='many': expected an integer" in out.stderr
+
+
+@pytest.mark.parametrize("text, on", [("0", False), ("FALSE", False), (" off ", False),
+                                      ("No", False), ("1", True), ("True", True), ("yes", True),
+                                      ("ON", True)])
+def test_race_check_from_the_environment_in_any_case(monkeypatch, text, on):
+    """Every spelling the command line accepts means the same to the emulator itself (FALSE
+    used to turn the check on: only lower-case "false" was read as off)."""
+    monkeypatch.setenv("CKPTLAB_EMU_RACE_CHECK", text)
+    assert emu.config.from_environment().race_check is on
+
+
+def test_an_unreadable_race_check_value_is_refused_by_the_emulator(monkeypatch):
+    monkeypatch.setenv("CKPTLAB_EMU_RACE_CHECK", "maybe")
+    with pytest.raises(ValueError, match=r"CKPTLAB_EMU_RACE_CHECK='maybe': expected one of 1, "):
+        emu.config.from_environment()

@@ -92,9 +92,6 @@ def _bench_help() -> str:
                       f"each one's options: {PROG} bench NAME --help"])
 
 
-RACE_CHECK_VALUES = ("0", "1", "false", "true", "no", "yes")
-
-
 def check_environment() -> None:
     """Refuse a bad CKPTLAB_* variable in one line, before anything reads it (the emulator
     reads CKPTLAB_EMU_* when it is imported; the kernels' wrappers read CKPTLAB_KERNELS)."""
@@ -103,21 +100,10 @@ def check_environment() -> None:
     if folder is not None and not (Path(folder) / "common.cuh").is_file():
         raise UsageError(f"CKPTLAB_KERNELS={folder!r} is not a folder of ckptlab kernels (no "
                          "common.cuh in it); unset it to use the kernels/ that come with ckptlab")
-    for name, kind in (("CKPTLAB_EMU_STACK_KIB", int), ("CKPTLAB_EMU_WATCHDOG_S", float)):
-        if name in env:
-            try:
-                kind(env[name])
-            except ValueError:
-                what = "an integer" if kind is int else "a number"
-                raise UsageError(f"{name}={env[name]!r}: expected {what}") from None
-    race = env.get("CKPTLAB_EMU_RACE_CHECK")
-    if race is not None and race.strip().lower() not in RACE_CHECK_VALUES:
-        raise UsageError(f"CKPTLAB_EMU_RACE_CHECK={race!r}: expected one of "
-                         f"{', '.join(RACE_CHECK_VALUES)}")
-    try:  # the emulator's own checks of the values (ranges, modes)
+    try:  # the emulator's own reading of CKPTLAB_EMU_* (numbers, flags, ranges, modes)
         from ckptlab.emu import config
 
-        config._from_env()
+        config.from_environment()
     except ValueError as e:
         raise UsageError(f"CKPTLAB_EMU_* in the environment: {e}") from None
 

@@ -18,8 +18,8 @@
                 block's threads stay on one worker. Counts are the same whatever the number.
 
 Set them for the process with configure(...), or for a block with `with settings(...)`. The
-environment can preset them: CKPTLAB_EMU_MODE, CKPTLAB_EMU_RACE_CHECK=0|1,
-CKPTLAB_EMU_STACK_KIB, CKPTLAB_EMU_WATCHDOG_S, CKPTLAB_EMU_WORKERS.
+environment can preset them: CKPTLAB_EMU_MODE, CKPTLAB_EMU_RACE_CHECK (0/1, false/true,
+no/yes, off/on, any case), CKPTLAB_EMU_STACK_KIB, CKPTLAB_EMU_WATCHDOG_S, CKPTLAB_EMU_WORKERS.
 """
 
 from __future__ import annotations
@@ -68,13 +68,29 @@ def _env_number(name: str, kind, default):
                          ) from None
 
 
-def _from_env() -> Settings:
+FLAG_VALUES = {"1": True, "true": True, "yes": True, "on": True,
+               "0": False, "false": False, "no": False, "off": False}
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        return FLAG_VALUES[text.strip().lower()]
+    except KeyError:
+        raise ValueError(f"{name}={text!r}: expected one of {', '.join(FLAG_VALUES)}") from None
+
+
+def from_environment() -> Settings:
+    """The settings CKPTLAB_EMU_* describe (defaults for those unset); a ValueError naming the
+    variable for a value that is not one (the command line checks this before any work)."""
     s = Settings()
     env = os.environ
     return _checked(replace(
         s,
         mode=env.get("CKPTLAB_EMU_MODE", s.mode),
-        race_check=env.get("CKPTLAB_EMU_RACE_CHECK", "1") not in ("0", "false", "no"),
+        race_check=_env_flag("CKPTLAB_EMU_RACE_CHECK", s.race_check),
         stack_kib=_env_number("CKPTLAB_EMU_STACK_KIB", int, s.stack_kib),
         watchdog_s=_env_number("CKPTLAB_EMU_WATCHDOG_S", float, s.watchdog_s),
         workers=_env_number("CKPTLAB_EMU_WORKERS", int, s.workers),  # unset: None, automatic
@@ -97,7 +113,7 @@ def _checked(s: Settings) -> Settings:
     return s
 
 
-_current = _from_env()
+_current = from_environment()
 
 
 def current() -> Settings:
