@@ -123,10 +123,6 @@ __global__ void __launch_bounds__(Br / TC * WARP) attn_flash_fwd_tc(
             wmma::load_matrix_sync(acc, Os + TC * w * LDO + TC * cb, LDO, wmma::mem_row_major);
             mma_k<T, wmma::row_major, wmma::row_major>(acc, Ps + TC * w * LDP, LDP,
                                                        Vs + TC * cb, LDT, Bc / TC);
-            // Not needed on a GPU (every lane has read the block, into its fragment, by now):
-            // the emulator's race check remembers only the latest read's __syncwarp, and would
-            // call the store racing with the lane pair that rescaled the block.
-            __syncwarp();
             wmma::store_matrix_sync(Os + TC * w * LDO + TC * cb, acc, LDO, wmma::mem_row_major);
         }
     }

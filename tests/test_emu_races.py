@@ -103,6 +103,75 @@ def test_readers_of_one_warp_then_syncwarp_then_a_write_is_no_race(races):
     assert (out[:32] == 1).all() and (out[32:] == 2).all()
 
 
+SYNCWARP_CHAINS = r"""
+// lane 0 reads, a __syncwarp, lane 1 reads and then writes: on a GPU the __syncwarp orders
+// lane 0's read before lane 1's write (kernels/attn_flash_fwd_tc.cu's wmma store meets this)
+extern "C" __global__ void read_sync_read_write(float* out, int global) {
+    __shared__ float s[1];
+    float* x = global ? out : s;
+    if (threadIdx.x == 0) x[0] = 1.0f;
+    __syncwarp();
+    if (threadIdx.x == 0) out[1] = x[0];
+    __syncwarp();
+    if (threadIdx.x == 1) { out[2] = x[0]; x[0] = 2.0f; }
+}
+// lanes 0 and 1 sync, then lanes 1 and 2: lane 0's read is ordered before lane 2's write
+// through lane 1 (the ordering is transitive)
+extern "C" __global__ void ordered_through_a_third_lane(float* out, int global) {
+    __shared__ float s[1];
+    float* x = global ? out : s;
+    const int lane = threadIdx.x;
+    if (lane == 0) out[1] = x[0];
+    if (lane < 2) __syncwarp(0x3u);
+    if (lane == 1) out[2] = x[0];
+    if (lane == 1 || lane == 2) __syncwarp(0x6u);
+    if (lane == 2) x[0] = 3.0f;
+}
+// lane 0 reads; lanes 0 and 1 sync; lane 1 reads; lane 2, which synced with nobody, writes
+extern "C" __global__ void a_third_lane_outside_the_syncs(float* out, int global) {
+    __shared__ float s[1];
+    float* x = global ? out : s;
+    if (threadIdx.x == 0) out[1] = x[0];
+    if (threadIdx.x < 2) __syncwarp(0x3u);
+    if (threadIdx.x == 1) out[2] = x[0];
+    if (threadIdx.x == 2) x[0] = 3.0f;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def chains():
+    return emu.RawModule(code=SYNCWARP_CHAINS, name="chains.cu")
+
+
+@pytest.mark.parametrize("memory", ["shared", "global"])
+def test_a_read_a_syncwarp_then_another_lanes_read_and_write_is_no_race(chains, memory):
+    """Was a false alarm: the check kept one __syncwarp id for all readers (the latest read's),
+    so lane 0's read looked unordered with lane 1's write."""
+    out = np.zeros(4, np.float32)
+    chains.get_function("read_sync_read_write")((1,), (32,), (out, np.int32(memory == "global")))
+    assert out[1] == 1.0 and out[2] == 1.0 and (memory == "shared" or out[0] == 2.0)
+
+
+@pytest.mark.parametrize("memory", ["shared", "global"])
+def test_warp_ordering_is_transitive_through_a_third_lane(chains, memory):
+    out = np.zeros(4, np.float32)
+    chains.get_function("ordered_through_a_third_lane")(
+        (1,), (32,), (out, np.int32(memory == "global")))
+    assert memory == "shared" or out[0] == 3.0
+
+
+@pytest.mark.parametrize("memory", ["shared", "global"])
+def test_a_lane_outside_every_syncwarp_still_races_with_the_readers(chains, memory):
+    """Folding ordered readers into the latest one must not hide a real race: lane 2 took part
+    in no __syncwarp, so its write races with both reads."""
+    with pytest.raises(emu.EmuError, match=rf"{memory}-memory race: this thread writes .*which "
+                                           r"thread \(1,0,0\) read.*chains.cu:32") as info:
+        chains.get_function("a_third_lane_outside_the_syncs")(
+            (1,), (32,), (np.zeros(4, np.float32), np.int32(memory == "global")))
+    assert info.value.thread == (2, 0, 0)
+
+
 def test_dropping_the_atomic_from_the_flash_backward_is_caught():
     """The bug a learner makes when 'simplifying' FA2's dQ: += instead of atomicAdd. On the
     emulator the numbers would still be right (blocks run one by one), so only the race check

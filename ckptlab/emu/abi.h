@@ -6,7 +6,7 @@
 #pragma once
 #include <stdint.h>
 
-#define EMU_ABI_VERSION 6
+#define EMU_ABI_VERSION 7
 
 // ---- limits of a CUDA launch (CUDA C++ Programming Guide, "Compute Capabilities" table) ----
 #define EMU_MAX_BLOCK_THREADS 1024   // threads per block
@@ -55,7 +55,8 @@ enum EmuWarpOp {
     EMU_BALLOT = 4,
     EMU_ANY = 5,
     EMU_ALL = 6,
-    EMU_SYNCWARP = 7
+    EMU_SYNCWARP = 7,
+    EMU_WMMA = 8          // an nvcuda::wmma call's exchange (emu/include/mma.h): lane 0's bits
 };
 
 // ---- structures passed between Python (ctypes) and emu_launch -------------------------------

@@ -26,7 +26,8 @@ SHARED_OPTIN_LIMIT = _C["EMU_SHARED_OPTIN_LIMIT"]
 FAULT_NAMES = {v: k.removeprefix("EMU_F_").lower() for k, v in _C.items()
                if k.startswith("EMU_F_") and k != "EMU_F_NONE"}
 WARP_OPS = {k: v for k, v in _C.items()
-            if k.startswith(("EMU_SHFL_", "EMU_BALLOT", "EMU_ANY", "EMU_ALL", "EMU_SYNCWARP"))}
+            if k.startswith(("EMU_SHFL_", "EMU_BALLOT", "EMU_ANY", "EMU_ALL", "EMU_SYNCWARP",
+                                 "EMU_WMMA"))}
 
 
 class Buf(ctypes.Structure):

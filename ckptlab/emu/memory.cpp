@@ -112,7 +112,11 @@ __attribute__((noinline)) static void shared_race_at(uintptr_t arena, uint64_t f
     // Fast path: a read of one granule that no other thread wrote in this epoch (an older epoch
     // of this block is ordered by a barrier; another block's entry is stale) conflicts with
     // nothing: record the reader (race_check_shared's bookkeeping, without its checks).
-    if (kind == 0 && (off & 3) + size <= 4 && (sh.w_epoch != epoch || sh.w_thread() == t)) {
+    // (Not when other readers of this epoch read before a __syncwarp: the slow path may fold
+    // them into this read.)
+    if (kind == 0 && (off & 3) + size <= 4 && (sh.w_epoch != epoch || sh.w_thread() == t) &&
+        (sh.r_epoch != epoch || sh.r_sync == static_cast<uint16_t>(head->sync_id) ||
+         sh.r_lanes == (1u << (t % 32)))) {
         const uint32_t bit = 1u << (t % 32);
         const uint8_t m = static_cast<uint8_t>(((1u << size) - 1) << (off & 3));
         if (sh.r_epoch != epoch) {

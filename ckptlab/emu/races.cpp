@@ -5,7 +5,9 @@
 // so entries of the worker's earlier blocks are stale). A conflict (write against anything,
 // read against a write, atomic against plain):
 //   shared memory  another thread of the block in the same epoch, unless both lanes of one
-//                  warp took part in a __syncwarp since the earlier access;
+//                  warp took part in a __syncwarp since the earlier access (or since a read
+//                  that a __syncwarp orders after it: readers so ordered are folded into the
+//                  latest one);
 //   global memory  the same, or any other block of this launch: blocks run in no promised
 //                  order (or at once) on a GPU, so only atomics may touch what another writes.
 // Workers share the global shadows: an access locks its stripe of the argument first.
@@ -74,6 +76,15 @@ __attribute__((always_inline)) static inline bool check(Worker* w, int t, Shadow
             s.r_epoch = epoch, s.r_warp = static_cast<uint16_t>(t / 32);
             s.r_lanes = 1u << (t % 32), s.r_sync = sync;
             s.bytes = static_cast<uint8_t>((s.bytes & 0x0F) | (m << 4));
+        } else if (s.r_warp == t / 32 && s.r_sync != sync && readers_ordered(w, t, s)) {
+            // every earlier reader's read is ordered before this one by a __syncwarp: this read
+            // stands for theirs (an access ordered after it is ordered after them: the ordering
+            // is transitive). Remembering them with this read's __syncwarp id would call a later
+            // write by this lane racing with them. Their bytes stay (a later access to a byte
+            // only they read is then checked against this reader: stricter, never looser).
+            s.r_lanes = 1u << (t % 32);
+            s.r_sync = sync;
+            s.bytes |= static_cast<uint8_t>(m << 4);
         } else {
             if (s.r_warp != t / 32) s.r_warp = kManyWarps;
             s.r_lanes |= 1u << (t % 32);

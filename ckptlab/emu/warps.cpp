@@ -20,8 +20,8 @@ void warp_pending_check(Fiber* f) {
 static const char* op_name(int op) {
     static const char* names[] = {"__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
                                   "__shfl_xor_sync", "__ballot_sync", "__any_sync",
-                                  "__all_sync", "__syncwarp"};
-    return op >= 0 && op <= EMU_SYNCWARP ? names[op] : "warp op";
+                                  "__all_sync", "__syncwarp", "an nvcuda::wmma call"};
+    return op >= 0 && op <= EMU_WMMA ? names[op] : "warp op";
 }
 
 static bool is_shuffle(int op) { return op <= EMU_SHFL_XOR; }
@@ -61,6 +61,8 @@ static void complete_warp(Fiber* f, Warp& wp, int base, const char* file, int li
             wp.result[j] = ballot != 0;
         } else if (wp.op == EMU_ALL) {
             wp.result[j] = ballot == wp.mask;
+        } else if (wp.op == EMU_WMMA) {
+            wp.result[j] = wp.val[0];
         }
         if (j + base != f->tid) worker_of(f)->fibers[base + j].state = READY;
     }

@@ -147,7 +147,7 @@ inline int thread_rank() {
 // exited or waiting elsewhere is the emulator's warp fault, named at the kernel's line.
 EMU_WMMA_HIDDEN inline unsigned long long sync(const std::source_location& loc,
                                                unsigned long long bits = 0) {
-    return emu_warp_exchange(EMU_SHFL_IDX, 0xffffffffu, bits, 0, 32, loc.file_name(),
+    return emu_warp_exchange(EMU_WMMA, 0xffffffffu, bits, 0, 32, loc.file_name(),
                              (int)loc.line());
 }
 
