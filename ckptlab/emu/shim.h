@@ -104,13 +104,18 @@ __attribute__((always_inline)) inline T emu_pure_load(const T* p) {
     return *p;
 #endif
 }
-__attribute__((always_inline)) inline const EmuHead* emu_head() {
+// The stack pointer: which fiber (and worker) is running, by arithmetic alone.
+__attribute__((always_inline)) inline uintptr_t emu_sp() {
 #if defined(__x86_64__)
     uintptr_t sp;
     asm("mov %%rsp, %0" : "=r"(sp));
+    return sp;
 #else
-    uintptr_t sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+    return reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
 #endif
+}
+__attribute__((always_inline)) inline const EmuHead* emu_head() {
+    const uintptr_t sp = emu_sp();
     const uintptr_t base = emu_pure_load(&emu_fbase);
     const uint64_t shift = emu_pure_load(&emu_fshift);
     return emu_pure_load(&emu_heads) + ((sp - base) >> shift);
@@ -123,12 +128,7 @@ __attribute__((always_inline)) inline dim3 emu_dim3(const dim3* p) {
 }
 // The running worker's shared arena, from the stack pointer as emu_head().
 __attribute__((always_inline)) inline char* emu_arena() {
-#if defined(__x86_64__)
-    uintptr_t sp;
-    asm("mov %%rsp, %0" : "=r"(sp));
-#else
-    uintptr_t sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
-#endif
+    const uintptr_t sp = emu_sp();
     // worker k's stacks and its arena are both k strides of (1 << g_wshift) from their bases
     const uint64_t k_stride = (sp - emu_pure_load(&emu_fbase)) & emu_pure_load(&emu_wmask);
     return reinterpret_cast<char*>(emu_pure_load(&emu_arena_base) + k_stride);
