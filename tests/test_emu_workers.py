@@ -12,11 +12,14 @@ import threading
 import time
 from dataclasses import astuple
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 from ckptlab import device, emu, kernels
+from ckptlab.kernels import flash_tc
 
+WMMA = "wmma_gemm<__nv_bfloat16>"
 MANY = 3  # more workers than this machine's 2 cores: blocks really interleave
 
 
@@ -28,9 +31,12 @@ def counts(rec):
 def attention(q, k, v, dO, causal, deterministic):
     _, s1 = kernels.naive_forward(q, k, v, causal=causal, dropout_p=0.1, seed=5)
     naive = kernels.naive_backward(dO, q, k, v, s1)
+    O3, s3 = kernels.stored_forward(q, k, v, causal=causal, dropout_p=0.1, seed=5)
+    stored = kernels.stored_backward(dO, q, k, v, s3, deterministic=deterministic)
     O, s2 = kernels.flash_forward(q, k, v, causal=causal, dropout_p=0.1, seed=5)
     flash = kernels.flash_backward(dO, q, k, v, s2, deterministic=deterministic)
-    return [s1.tensors["P"], *naive, O, s2.tensors["L"], *flash]
+    # (the atomic dQ last: the one output that may differ in its rounding)
+    return [s1.tensors["P"], *naive, O3, s3.tensors["S"], *stored, O, s2.tensors["L"], *flash]
 
 
 @pytest.mark.parametrize("mode", ["counted", "fast"])
@@ -48,11 +54,52 @@ def test_every_attention_kernel_matches_one_worker(mode, causal, B, H, Nq, Nk, d
     for det in (True, False):
         (one, c1), (many, cm) = runs[1, det], runs[MANY, det]
         assert c1 == cm  # every count, argument by argument, launch by launch
+        atomic_dq = () if det else (6, len(one) - 3)  # stored's dQ, flash's dQ
         for i, (a, b) in enumerate(zip(one, many, strict=True)):
-            if det or i != len(one) - 3:  # all bitwise, the deterministic dQ included
+            if i not in atomic_dq:  # all bitwise, the deterministic dQ included
                 assert np.array_equal(a, b, equal_nan=True), i
             else:  # dQ by atomicAdd: floats summed in another order
                 assert np.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["flash", "stored"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_tensor_core_kernels_match_one_worker(method, causal):
+    """The tensor-core pair (wmma's warp-collective exchanges on every worker at once)."""
+    B, H, Nq, Nk, d = 1, 2, 40, 33, 32
+    rng = np.random.default_rng()
+    q, dO = (rng.standard_normal((B, H, Nq, d)).astype(ml_dtypes.bfloat16) for _ in range(2))
+    k, v = (rng.standard_normal((B, H, Nk, d)).astype(ml_dtypes.bfloat16) for _ in range(2))
+    runs = {}
+    for workers in (1, MANY):
+        with emu.settings(workers=workers), emu.record() as rec:
+            O, saved = flash_tc.tc_forward(method, q, k, v, causal=causal, dropout_p=0.1, seed=3)
+            det = flash_tc.tc_backward(dO, q, k, v, saved, deterministic=True)
+            atomic = flash_tc.tc_backward(dO, q, k, v, saved, deterministic=False)
+        runs[workers] = [O, saved.tensors["L"], *det, *atomic[1:]], atomic[0], counts(rec)
+    (one, dq1, c1), (many, dqm, cm) = runs[1], runs[MANY]
+    assert c1 == cm
+    for i, (a, b) in enumerate(zip(one, many, strict=True)):
+        assert np.array_equal(a.view(np.uint16) if a.dtype.itemsize == 2 else a,
+                              b.view(np.uint16) if b.dtype.itemsize == 2 else b), i
+    assert np.allclose(dq1.astype(np.float32), dqm.astype(np.float32), rtol=2e-2, atol=2e-2)
+
+
+def test_wmma_gemm_matches_one_worker():
+    M, N, K = 40, 50, 36
+    rng = np.random.default_rng()
+    A = rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
+    Bm = rng.standard_normal((K, N)).astype(ml_dtypes.bfloat16)
+    f = device.load("wmma_gemm.cu", name_expressions=(WMMA,)).get_function(WMMA)
+    out = {}
+    for workers in (1, MANY):
+        C = np.full((M, N), np.nan, np.float32)
+        with emu.settings(workers=workers), emu.record() as rec:
+            f((-(-N // 16), -(-M // 16)), (32,), (A, Bm, C, np.int32(M), np.int32(N), np.int32(K)))
+        out[workers] = C, counts(rec)
+    assert np.array_equal(out[1][0], out[MANY][0]) and out[1][1] == out[MANY][1]
+    assert np.allclose(out[1][0], A.astype(np.float64) @ Bm.astype(np.float64), rtol=1e-5,
+                       atol=1e-4)
 
 
 @pytest.mark.parametrize("M,N,K", [(17, 33, 5), (100, 37, 129)])
