@@ -154,7 +154,10 @@ def test_bad_input_gets_the_wrappers_errors():
     q, k, v, _ = make(2, 9, 11, 16)
     cases = [
         (dict(q=q.double()), TypeError, "q must have dtype float32, got float64"),
-        (dict(q=q.bfloat16()), TypeError, "q must have dtype float32, got torch.bfloat16"),
+        (dict(q=q.to(torch.float8_e4m3fn)), TypeError,
+         r"q must have dtype float32 \(or float16 / bfloat16 for the tensor-core kernels\), "
+         "got torch.float8_e4m3fn"),
+        (dict(q=q.bfloat16()), TypeError, r"k must have the dtype of q \(bfloat16\), got float32"),
         (dict(k=k[0]), ValueError, "k must have rank 4"),
         (dict(v=v[..., :8].contiguous()), ValueError, "v must have the shape of k"),
         (dict(q=q.transpose(2, 3)), ValueError, r"q must be C-contiguous.*q.contiguous\(\)"),
@@ -167,6 +170,12 @@ def test_bad_input_gets_the_wrappers_errors():
     for change, error, message in cases:
         args = {**dict(q=q, k=k, v=v), **change}
         _no_launch(lambda a=args: attention(**a), error, message)
+    for dtype in (torch.float16, torch.bfloat16):  # naive has no tensor-core kernel
+        h = [t.to(dtype) for t in (q, k, v)]
+        _no_launch(lambda h=h: attention(*h, method="naive"), TypeError,
+                   r"q must have dtype float32, got (float16|bfloat16) \(this kernel is fp32 "
+                   r"only; float16 and bfloat16 run on tensor cores with method 'stored' or "
+                   r"'flash'\)")
     _no_launch(lambda: attention(q, k, v, method="fast"), ValueError, "method must be one of")
     _no_launch(lambda: attention(q, k, v, deterministic=1), TypeError, "deterministic")
     _no_launch(lambda: attention(q, k, v, dropout_p=1.0), ValueError, "dropout_p")
@@ -199,3 +208,48 @@ def test_deterministic_dq_is_bitwise_whatever_the_block_order():
             runs.append(grads_of(lambda *a: attention(*a, method="flash", deterministic=True),
                                  q, k, v, dO)[1])
     assert all(torch.equal(a, b) for r in runs[1:] for a, b in zip(runs[0], r, strict=True))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("method", ["stored", "flash"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_16_bit_tensors_run_the_tensor_core_kernels_unchanged(dtype, method, causal):
+    """float16 and bfloat16 CPU tensors reach the tensor-core kernels through zero-copy views
+    (bfloat16: its bits as int16, then ml_dtypes.bfloat16) and come back bit for bit what the
+    NumPy wrappers return on the same inputs; the kernels' accuracy is
+    tests/test_attention_tc.py's (FlashAttention's rule), here a bound on the bridge: every
+    output within a few 16-bit roundings of float64. bfloat16 used to be refused."""
+    import ml_dtypes
+
+    from ckptlab.kernels import flash_tc
+
+    tdtype = getattr(torch, dtype)
+    npdtype = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
+    q, k, v, dO = (t.to(tdtype) for t in make(2, 37, 50, 64, seed=3))
+    O, grads = grads_of(lambda q, k, v: attention(q, k, v, causal=causal, method=method,
+                                                  dropout_p=0.1, seed=9), q, k, v, dO)
+    assert O.dtype == tdtype and all(g.dtype == tdtype for g in grads)
+
+    def bits(t):  # numpy array of the tensor's bits
+        return t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
+
+    a = [bits(t).view(npdtype) for t in (q, k, v, dO)]
+    O_np, saved = flash_tc.tc_forward(method, *a[:3], causal=causal, dropout_p=0.1, seed=9)
+    want = [O_np, *flash_tc.tc_backward(a[3], *a[:3], saved)]
+    for name, got, w in zip(("O", "dQ", "dK", "dV"), (O, *grads), want, strict=True):
+        assert np.array_equal(bits(got).view(np.uint16), w.view(np.uint16)), name
+    with torch.no_grad():
+        truth = oracle(*(t.double() for t in (q, k, v)), causal=causal, dropout_p=0.1, seed=9)
+    eps = 2.0**-8 if dtype == "bfloat16" else 2.0**-11
+    assert rel(O.double(), truth) < 8 * eps
+
+
+def test_a_bfloat16_tensor_view_shares_memory():
+    from ckptlab.torch import arrays
+
+    t = torch.arange(6, dtype=torch.float32).bfloat16()
+    a = arrays._numpy(t)
+    assert a.dtype.name == "bfloat16" and a.ctypes.data == t.data_ptr()
+    back = arrays._tensor(a)
+    assert back.dtype == torch.bfloat16 and back.data_ptr() == t.data_ptr()
+    assert torch.equal(back, t)

@@ -48,7 +48,10 @@ def check_array(name: str, a, shape=None) -> None:
         raise TypeError(f"{name} must be a {device.xp().__name__} array on the {target!r} "
                         f"target, got {type(a).__module__}.{type(a).__name__}")
     if a.dtype != np.float32:
-        raise TypeError(f"{name} must have dtype float32, got {a.dtype}")
+        hint = (" (this kernel is fp32 only; float16 and bfloat16 run on tensor cores with "
+                "method 'stored' or 'flash')" if a.dtype.itemsize == 2 and a.dtype.kind in "fV"
+                else "")
+        raise TypeError(f"{name} must have dtype float32, got {a.dtype}{hint}")
     rank = 4 if shape is None else len(shape)
     if a.ndim != rank:
         raise ValueError(f"{name} must have rank {rank}{' (B, H, N, d)' if shape is None else ''}"

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import contextlib
 
+import ml_dtypes
 import numpy as np
 import torch
 
 from ckptlab import device
 
-# torch dtypes NumPy can view without a copy (bfloat16 has no NumPy dtype)
-_VIEWABLE = {torch.float16, torch.float32, torch.float64, torch.int32, torch.int64, torch.bool}
+# torch dtypes NumPy can view without a copy; bfloat16 has no NumPy dtype of its own: its bits
+# are viewed as int16, then as ml_dtypes.bfloat16 (what the tensor-core wrappers take)
+_VIEWABLE = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32,
+             torch.int64, torch.bool}
+_BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
 def check_tensor(name: str, t, like=None) -> None:
@@ -32,14 +36,27 @@ def check_tensor(name: str, t, like=None) -> None:
         raise ValueError(f"{name} must be a CPU tensor (the emulator) or a CUDA tensor, got "
                          f"device {t.device}")
     if t.dtype not in _VIEWABLE:
-        raise TypeError(f"{name} must have dtype float32, got {t.dtype}")
+        raise TypeError(f"{name} must have dtype float32 (or float16 / bfloat16 for the "
+                        f"tensor-core kernels), got {t.dtype}")
+    if t.dtype == torch.bfloat16 and t.device.type == "cuda":
+        raise TypeError(f"{name}: bfloat16 CUDA tensors are not supported yet (their DLPack "
+                        "view into CuPy is untested: no GPU has run it); use float16 or a "
+                        "CPU tensor (the emulator)")
     if not t.is_contiguous():
         raise ValueError(f"{name} must be C-contiguous (the kernels ignore strides), got a "
                          f"strided view of shape {tuple(t.shape)}: pass {name}.contiguous()")
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:
+    if t.dtype == torch.bfloat16:
+        return t.detach().view(torch.int16).numpy().view(_BF16)
     return t.detach().numpy()
+
+
+def _tensor(a: np.ndarray) -> torch.Tensor:
+    if a.dtype == _BF16:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 @contextlib.contextmanager
@@ -48,7 +65,7 @@ def on(t: torch.Tensor):
     current stream for a CUDA tensor. Yields (to_array, to_tensor), both zero-copy."""
     if t.device.type == "cpu":
         with device.use("emu"):
-            yield _numpy, torch.from_numpy
+            yield _numpy, _tensor
         return
     with device.use("cuda"):
         cp = device.xp("cuda")

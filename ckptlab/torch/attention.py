@@ -3,7 +3,9 @@
     O = attention(q, k, v, causal=False, dropout_p=0.0, scale=None, method="flash",
                   deterministic=False, seed=None, offset=0)
 
-q, k, v are torch tensors (B, H, N, d), fp32, C-contiguous, all on one device: CPU tensors run
+q, k, v are torch tensors (B, H, N, d), C-contiguous, all on one device, in fp32 (every method)
+or float16 / bfloat16 (stored and flash: the tensor-core kernels, fp32 L and S; bfloat16 on CPU
+tensors only until a GPU has run it): CPU tensors run
 on the emulator through zero-copy NumPy views, CUDA tensors on the GPU through CuPy and DLPack
 on torch's current stream (arrays.py). The forward launches `kernels.<method>_forward` and
 saves, through ctx.save_for_backward (so torch.autograd.graph.saved_tensors_hooks see them),
