@@ -19,9 +19,14 @@ counted, nor are the special-function units that run exp (on tensor-core parts e
 bounds attention). Also left out: L2 bandwidth and latency, clocks below boost, launches
 overlapping each other. Every number here is modeled, and labelled so.
 
-dtype "fp32" is what the kernels run (CUDA cores, 4-byte elements). "bf16" (or "fp16") is a
-what-if until a tensor-core variant exists: the tensor-core peak and 2-byte elements (L, D and
-atomics stay fp32, as in FlashAttention 2), with the fp32 kernels' launch shapes and resources.
+dtype "fp32" times the fp32 kernels (CUDA cores, 4-byte elements: ckptlab.measure.traffic).
+"bf16" (or "fp16") times what runs on tensor cores where a kernel exists: stored and flash are
+the tensor-core pair (kernels/attn_flash_*_tc.cu), with their own launches, tiles, registers and
+dynamic shared memory, their bytes as ckptlab.measure.traffic_tc models them (2-byte elements;
+L, D, stored's S and the atomic dQ's accumulator fp32) and their FLOPs at the tensor-core peak.
+naive has no tensor-core kernel: at 16 bits it is a what-if, the fp32 kernels' launches, shapes
+and resources with 2-byte elements (L, D and atomics stay fp32) at the tensor-core peak, and
+MethodTime.what_if says so.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ckptlab.kernels.common import ceil_div
-from ckptlab.measure import occupancy, roofline, traffic
+from ckptlab.measure import occupancy, roofline, traffic, traffic_tc
 
 LAUNCH_S = 3e-6
 LAUNCH_SOURCE = (
@@ -41,6 +46,13 @@ LAUNCH_SOURCE = (
 DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}  # element bytes (16-bit: tensor-core peak)
 FP32_ARGS = ("L", "D")  # kept in fp32 whatever the element type (logsumexp, rowsum(dO * O))
 BOUNDS = ("unique", "counted")  # lower, upper
+TC_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # -> traffic_tc's names (table.TC_TYPES)
+KERNELS_NOTE = {
+    "fp32": "the fp32 kernels (CUDA cores)",
+    "tc": "the tensor-core kernels (kernels/attn_flash_*_tc.cu, bytes: measure.traffic_tc)",
+    "what-if": "what-if: no tensor-core kernel, the fp32 kernels' launches, shapes and resources "
+               "at 2-byte elements and the tensor-core peak",
+}
 
 
 @dataclass(frozen=True)
@@ -123,14 +135,16 @@ def _scaled(per_arg: dict, element_bytes: int) -> int:
 
 
 def launch_bytes(kt: traffic.KernelTraffic, dtype: str = "fp32") -> dict:
-    """{'unique': ..., 'counted': ...} DRAM bytes of one launch's model at the element size of
-    `dtype` (FP32_ARGS and atomics stay 4 bytes: fp32 accumulators). An atomicAdd is a
-    read-modify-write: 2 x 4 bytes an operation with no cache, as unique bytes count an
-    atomically updated byte once read and once written; so unique <= counted here even where a
-    dQ element gets a single atomic (traffic's counted `bytes` count 4 bytes an operation)."""
+    """{'unique': ..., 'counted': ...} DRAM bytes of one launch's model. An fp32 kernel's model
+    (traffic) is rescaled to the element size of `dtype` (FP32_ARGS and atomics stay 4 bytes:
+    fp32 accumulators); a tensor-core kernel's (traffic_tc) already has its own element sizes
+    and is taken as modeled. An atomicAdd is a read-modify-write: 2 x 4 bytes an operation with
+    no cache, as unique bytes count an atomically updated byte once read and once written; so
+    unique <= counted here even where a dQ element gets a single atomic (the traffic models'
+    counted `bytes` count 4 bytes an operation)."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype: expected one of {sorted(DTYPES)}, got {dtype!r}")
-    e = DTYPES[dtype]
+    e = 4 if occupancy.is_tensor_core(kt.kernel) else DTYPES[dtype]  # 4: no rescaling
     counted = {n: kt.read[n] + kt.write[n] for n in kt.read}
     unique = {n: kt.unique_read[n] + kt.unique_write[n] for n in kt.unique_read}
     return {"counted": _scaled(counted, e) + 2 * kt.atomic_bytes,
@@ -148,6 +162,8 @@ class MethodTime:
     device: str
     dtype: str
     launches: dict  # bound ("unique" | "counted") -> [LaunchTime, ...]
+    kernels: str = KERNELS_NOTE["fp32"]  # which kernels were timed (KERNELS_NOTE)
+    what_if: bool = False  # True: no such kernel runs (naive at 16 bits)
 
     def seconds(self, bound: str) -> float:
         return sum(x.seconds for x in self.launches[bound])
@@ -169,18 +185,34 @@ class MethodTime:
         return "; ".join(sorted({x.resources for x in self.launches["counted"]}))
 
 
+def timed_launches(method: str, B, H, Nq, Nk, d, causal=False, deterministic=False,
+                   dtype: str = "fp32") -> tuple[list, str]:
+    """(the modeled launches method_time times, its KERNELS_NOTE key): the fp32 kernels'
+    (traffic.launches) in fp32; at 16 bits the tensor-core pair's (traffic_tc.tc_launches) for
+    stored and flash, and the fp32 kernels' as a what-if for naive (no tensor-core kernel)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype: expected one of {sorted(DTYPES)}, got {dtype!r}")
+    if dtype == "fp32":
+        return traffic.launches(method, B, H, Nq, Nk, d, causal, deterministic), "fp32"
+    if method in traffic_tc.METHODS:
+        return traffic_tc.tc_launches(method, B, H, Nq, Nk, d, causal, deterministic,
+                                      TC_DTYPES[dtype]), "tc"
+    return traffic.launches(method, B, H, Nq, Nk, d, causal, deterministic), "what-if"
+
+
 def method_time(method: str, B, H, Nq, Nk, d, device, *, causal=False, deterministic=False,
                 dtype: str = "fp32") -> MethodTime:
-    """Every launch of `method`'s forward + backward (traffic.launches) timed at both bounds."""
+    """Every launch of `method`'s forward + backward (timed_launches) timed at both bounds."""
     name = roofline.spec(device)["name"]
     out: dict = {b: [] for b in BOUNDS}
-    for kt in traffic.launches(method, B, H, Nq, Nk, d, causal, deterministic):
+    runs, kind = timed_launches(method, B, H, Nq, Nk, d, causal, deterministic, dtype)
+    for kt in runs:
         blocks, threads = occupancy.geometry(kt.kernel, B, H, Nq, Nk, d)
         nbytes = launch_bytes(kt, dtype)
         for bound in BOUNDS:
             out[bound].append(launch_time(kt.kernel, blocks, threads, kt.flops, nbytes[bound],
                                           name, dtype))
-    return MethodTime(method, name, dtype, out)
+    return MethodTime(method, name, dtype, out, KERNELS_NOTE[kind], kind == "what-if")
 
 
 # ---------------------------------------------------------------- the decomposition
