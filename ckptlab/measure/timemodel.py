@@ -267,13 +267,34 @@ def fills_waves_from(B, H, d, device, methods=CHAIN, *, causal=False, determinis
 # ---------------------------------------------------------------- when recompute stops paying
 
 
-def rule_of_thumb(gpu, dtype: str) -> float:
-    """The head dim below which recompute pays on the roofline, e R / 7: per (i, j) pair flash
-    recomputes S (2 d more FLOPs: 14 d, against stored's 12 d) and stored moves its tile data
-    twice (2 e more bytes, e bytes an element). At large N, with operand bytes neglected, flash
-    is compute-bound (14 d / peak) and stored takes max(12 d / peak, 2 e / bandwidth): recompute
-    pays while 2 e R > 14 d. Past it both are compute-bound and the gain is 12 / 14."""
-    return DTYPES[dtype] * roofline.ridge_point(gpu, dtype) / 7
+RULE_SIZE = dict(N=64, d=16)  # tiles divide N and d = Dt: whole tiles, no padding
+
+
+def per_pair(dtype: str, deterministic: bool = False) -> dict:
+    """Per visible (i, j) pair, from the modeled launches method_time times (timed_launches at
+    RULE_SIZE): stored's bytes of S (written by the forward, read by each backward kernel that
+    reads it), and stored's and flash's hardware FLOPs in units of d."""
+    N, d = RULE_SIZE["N"], RULE_SIZE["d"]
+    pairs = traffic.visible_pairs(N, N, False)
+    runs = {m: timed_launches(m, 1, 1, N, N, d, False, deterministic, dtype)[0]
+            for m in ("stored", "flash")}
+    s = sum(kt.read.get("S", 0) + kt.write.get("S", 0) for kt in runs["stored"])
+    return dict(s_bytes=s / pairs, **{f"{m}_flops_per_d": sum(kt.flops for kt in runs[m])
+                                      / pairs / d for m in runs})
+
+
+def rule_of_thumb(gpu, dtype: str, deterministic: bool = False) -> float:
+    """The head dim below which recompute pays on the roofline, s R / f: per (i, j) pair flash
+    runs f d FLOPs (f = 14 with the atomic dQ: 4 forward, 10 backward with the recomputed S;
+    stored 12) and stored moves s more bytes, its scores S (per_pair counts both from the
+    models). S is fp32 in both precisions (the tensor-core stored kernel keeps the accumulators'
+    fp32 S, traffic_tc), written once and read once by the dK/dV kernel: s = 8. At large N, with
+    operand bytes neglected, flash is compute-bound (f d / peak) and stored takes
+    max(12 d / peak, s / bandwidth): recompute pays while s R > f d, d < 8 R / 14 = 4 R / 7.
+    Past it both are compute-bound and the gain is 12 / 14. Deterministic dQ: the dQ kernel
+    reads S again (s = 12) and recomputes dP, flash also S (f = 18, stored 14): d < 2 R / 3."""
+    p = per_pair(dtype, deterministic)
+    return p["s_bytes"] * roofline.ridge_point(gpu, dtype) / p["flash_flops_per_d"]
 
 
 def recompute_gains(gpus, dtypes, ds, *, N, B=1, H=16, causal=False,
@@ -296,7 +317,8 @@ def recompute_gains(gpus, dtypes, ds, *, N, B=1, H=16, causal=False,
                     flash_hi_s=t["flash"].upper,
                     gain_unique=t["stored"].lower / t["flash"].lower,
                     gain_counted=t["stored"].upper / t["flash"].upper,
-                    rule_of_thumb_d=rule_of_thumb(name, dtype), source="modeled"))
+                    rule_of_thumb_d=rule_of_thumb(name, dtype, deterministic),
+                    kernels=t["stored"].kernels, source="modeled"))
     return rows
 
 
