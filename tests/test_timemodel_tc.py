@@ -21,12 +21,13 @@ def inputs(B, H, Nq, Nk, d, dtype, seed=0):
                  for s in ((B, H, Nq, d), (B, H, Nk, d), (B, H, Nk, d), (B, H, Nq, d)))
 
 
-@pytest.mark.parametrize("causal,deterministic,dtype", [
-    (True, False, "bfloat16"), (False, True, "float16")])
-def test_tc_launch_shapes_match_what_flash_tc_launches(causal, deterministic, dtype):
+@pytest.mark.parametrize("causal,deterministic,dtype,d", [
+    (True, False, "bfloat16", 40), (False, True, "float16", 80)])
+def test_tc_launch_shapes_match_what_flash_tc_launches(causal, deterministic, dtype, d):
     """geometry() against the emulator's record of every tensor-core launch of both methods:
-    odd sizes, Nq != Nk, a head dim padded to its tile head dim (d = 40 runs on Dt = 64)."""
-    B, H, Nq, Nk, d = 2, 3, 37, 53, 40
+    odd sizes, Nq != Nk, head dims padded to their tile head dim (d = 40 runs on Dt = 64, d = 80
+    on Dt = 96, whose tiles have Br != Bc: forward (64, 16), backward (16, 32))."""
+    B, H, Nq, Nk = 2, 3, 37, 53
     q, k, v, dO = inputs(B, H, Nq, Nk, d, dtype)
     with device.use("emu"), emu.settings(mode="fast", race_check=False), emu.record() as rec:
         for method in flash_tc.METHODS:
@@ -143,3 +144,32 @@ def test_a_tc_launch_by_hand():
     compute, memory = 324 / 1024 * flops / 312e12, 324 / 1024 * nbytes / 2.039e12
     assert t.bound == "compute" and compute > memory
     assert t.seconds == pytest.approx(3e-6 + 4 * compute, rel=1e-12)
+
+
+@pytest.mark.gpu
+def test_tc_resources_and_occupancy_agree_with_the_driver():
+    """On the GPU: the loaded tensor-core kernels' registers and (zero) static shared memory are
+    ptxas' as the model reads them, and resident_blocks with the launch's dynamic shared memory
+    equals the driver's occupancy calculator given the same dynamic bytes."""
+    gpu = roofline.current_gpu()
+    if gpu is None:
+        pytest.skip("this GPU is not in roofline.SPECS: no arch or SM count to model it with")
+    spec = roofline.spec(gpu)
+    cp = device.xp("cuda")
+    with device.use("cuda"):
+        for Dt in (64, 256):
+            names = table.tc_names("__nv_bfloat16", Dt)
+            for role in ("fwd_flash", "dkdv_stored_False", "dq_flash"):
+                name = names[role]
+                filename = "attn_flash_fwd_tc.cu" if role.startswith("fwd") else \
+                    "attn_flash_bwd_tc.cu"
+                fn = device.load(filename, options=nvrtc.cuda_include_options(),
+                                 name_expressions=(name,)).get_function(name)
+                res = occupancy.resources(name, spec["arch"])
+                assert (fn.num_regs, fn.shared_size_bytes) == (res.registers, res.smem), name
+                if res.dynamic_smem > table.SHARED_LIMIT:  # opt in, as flash_tc does
+                    fn.max_dynamic_shared_size_bytes = res.dynamic_smem
+                threads = occupancy.geometry(name, 1, 1, 1024, 1024, Dt)[1]
+                driver = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+                    fn.ptr, threads, res.dynamic_smem)
+                assert occupancy.resident_blocks(threads, res, spec)[0] == driver, name
