@@ -14,10 +14,10 @@ waves, t = LAUNCH_S + max(F / peak, M / bandwidth), the plain roofline plus the 
 Bytes come in two bounds (docs/design.md, "Measurement"): **unique** bytes (distinct bytes a
 launch touches: what an infinite cache would move) give the lower bound of the time, **counted**
 bytes (every request, no cache) the upper. Real DRAM traffic lies between the two. FLOPs are the
-hardware matmul FLOPs of ckptlab.measure.traffic (recompute included); exp, max and sums are not
-counted, nor are the special-function units that run exp (on tensor-core parts exp can be what
-bounds attention). Also left out: L2 bandwidth and latency, clocks below boost, launches
-overlapping each other. Every number here is modeled, and labelled so.
+hardware matmul FLOPs of ckptlab.measure.traffic or traffic_tc (recompute included); exp, max
+and sums are not counted, nor are the special-function units that run exp (on tensor-core parts
+exp can be what bounds attention). Also left out: L2 bandwidth and latency, clocks below
+boost, launches overlapping each other. Every number here is modeled, and labelled so.
 
 dtype "fp32" times the fp32 kernels (CUDA cores, 4-byte elements: ckptlab.measure.traffic).
 "bf16" (or "fp16") times what runs on tensor cores where a kernel exists: stored and flash are
@@ -250,10 +250,10 @@ def fills_one_wave(kernel: str, B, H, Nq, Nk, d, device) -> bool:
 
 def fills_waves_from(B, H, d, device, methods=CHAIN, *, causal=False, deterministic=False,
                      n_max: int = 1 << 20) -> int | None:
-    """The smallest power-of-two N (Nq = Nk) at which every launch of `methods` fills at least
-    one wave on `device`: below it some launch runs on part of the GPU and the model mostly
-    says launch costs and partial waves; from it on, the roofline term means something. None if
-    no N up to n_max does."""
+    """The smallest power-of-two N (Nq = Nk) at which every launch of `methods` (their fp32
+    kernels: what bench attention times) fills at least one wave on `device`: below it some
+    launch runs on part of the GPU and the model mostly says launch costs and partial waves;
+    from it on, the roofline term means something. None if no N up to n_max does."""
     names = {kt.kernel for m in methods
              for kt in traffic.launches(m, 1, 1, 1, 1, d, causal, deterministic)}
     n = 64
