@@ -10,10 +10,17 @@ SIZE = dict(N=4096, B=1, H=16)
 
 
 def test_rule_of_thumb_by_hand():
-    # d < e R / 7: A100 fp32, e = 4, R = 19.5e12 / 2.039e12 = 9.5635 -> 5.465;
-    # H200 bf16, e = 2, R = 989.5e12 / 4.8e12 = 206.15 -> 58.90.
+    # d < s R / f, s = 8 bytes of fp32 S per pair (written once, read once by dK/dV: in bf16 too,
+    # the tensor-core stored kernel keeps S in fp32), f = 14 flash FLOPs per pair per d:
+    # A100 fp32, R = 19.5e12 / 2.039e12 = 9.5635 -> 5.465; H200 bf16, R = 989.5e12 / 4.8e12 =
+    # 206.15 -> 117.8. Deterministic dQ: S read again (12 bytes), 18 d FLOPs: 2 R / 3.
     assert timemodel.rule_of_thumb("a100", "fp32") == pytest.approx(4 * 9.56351 / 7, rel=1e-5)
-    assert timemodel.rule_of_thumb("h200", "bf16") == pytest.approx(2 * 206.146 / 7, rel=1e-5)
+    assert timemodel.rule_of_thumb("h200", "bf16") == pytest.approx(4 * 206.146 / 7, rel=1e-5)
+    assert timemodel.rule_of_thumb("h200", "bf16", deterministic=True) == pytest.approx(
+        2 * 206.146 / 3, rel=1e-5)
+    for dtype in ("fp32", "bf16"):
+        assert timemodel.per_pair(dtype) == dict(s_bytes=8, stored_flops_per_d=12,
+                                                 flash_flops_per_d=14)
 
 
 def test_crossings_pick_the_first_d_below_one():

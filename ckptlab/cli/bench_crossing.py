@@ -4,23 +4,24 @@ The recompute gain is stored time / flash time, forward + backward (> 1: recompu
 reading it back). The two methods differ in one thing only, where P comes from:
 
     flash   recomputes S = Q K^T in its backward: 2 d more FLOPs per (i, j) pair (14 d, not 12 d)
-    stored  writes its tile data once in the forward and reads it once in the backward: 2 e more
-            bytes per pair (e = bytes per element: 4 in fp32, 2 in bf16)
+    stored  writes S (fp32, 4 bytes, in both precisions) once in the forward and its dK/dV kernel
+            reads it once: s = 8 more bytes per pair (timemodel.per_pair counts them)
 
 On the roofline (peak P FLOP/s, bandwidth W, ridge R = P / W) at large N, where the operands'
 bytes are small next to these, flash is compute-bound and takes 14 d / P per pair; stored takes
-max(12 d / P, 2 e / W). So recompute pays while 2 e R > 14 d, that is while
+max(12 d / P, 8 / W). So recompute pays while 8 R > 14 d, that is while
 
-    d < e R / 7       (timemodel.rule_of_thumb: A100 fp32, ridge 9.6: d < 5.5; A100 bf16, ridge
-                      153: d < 44; H200 bf16, ridge 206: d < 59)
+    d < 4 R / 7       (timemodel.rule_of_thumb: A100 fp32, ridge 9.6: d < 5.5; A100 bf16, ridge
+                      153: d < 87; H200 bf16, ridge 206: d < 118)
 
 Past it both are compute-bound and the gain is 12/14 = 0.86: the recompute is pure cost. The
 sweep below checks the rule with the full time model (ckptlab.measure.timemodel: launch cost,
 waves, bounds from unique and counted bytes) over head dims d, GPUs (ridges from ~10 FLOP/B in
-fp32 to ~200 with tensor cores) and dtypes; bf16 is modeled (tensor-core peak, 2-byte elements)
-until a tensor-core kernel exists. With counted bytes (no cache) operands cost ~d/2 bytes a pair
-in fp32, which keeps flash memory-bound longer: the crossing moves up. On a GPU, --measure times
-stored and flash (fp32) here and prints the measured gain beside the model.
+fp32 to ~200 with tensor cores) and dtypes: fp32 times the fp32 kernels, bf16 the tensor-core
+kernels (kernels/attn_flash_*_tc.cu: their launches, tiles, registers and shared memory, bytes
+from traffic_tc, FLOPs at the tensor-core peak). With counted bytes (no cache) operands cost
+~d/2 bytes a pair in fp32, which keeps flash memory-bound longer: the crossing moves up. On a
+GPU, --measure times stored and flash (fp32) here and prints the measured gain beside the model.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from ckptlab import device, kernels
 from ckptlab.cli.report import int_list, write_csv
 from ckptlab.measure import roofline, timemodel
 
-DTYPES = ("fp32", "bf16")  # what the sweep may ask for (bf16: modeled)
+DTYPES = ("fp32", "bf16")  # what the sweep may ask for (bf16: the tensor-core kernels)
 DEFAULT = dict(N=4096, B=1, H=16)  # enough blocks that every launch fills its waves
 DEFAULT_DIMS = (16, 32, 64, 128, 256)  # any multiple of 8 up to 256 runs; each d costs a compile
 
@@ -49,7 +50,7 @@ def format_table(rows: list[dict]) -> str:
     ds = sorted({r["d"] for r in rows})
     r0 = rows[0]
     head = (f"{'GPU':<16}{'dtype':<6}{'ridge':>7}" + "".join(f"{f'd={d}':>13}" for d in ds)
-            + f"{'rule d<eR/7':>12}   gain < 1 (unique bytes / counted)")
+            + f"{'rule d<4R/7':>12}   gain < 1 (unique bytes / counted)")
     out = [f"recompute gain = stored / flash, modeled forward + backward time (N={r0['N']}, "
            f"B={r0['B']}, H={r0['H']}, {'causal' if r0['causal'] else 'non-causal'}); "
            "> 1: recomputing P is faster than reading it back; each cell: unique-counted bytes",
@@ -69,10 +70,12 @@ def format_table(rows: list[dict]) -> str:
         costs = [timemodel.short_name(r["gpu"]) for r in at if r["gain_unique"] <= 1]
         out.append(f"at d = {mid}, {dtype} (unique bytes): recompute pays on "
                    f"{', '.join(pays) or 'none'}; it costs on {', '.join(costs) or 'none'}")
-    out.append("ridge: peak FLOP/s / bandwidth (FLOP per byte); bf16: modeled (tensor-core peak, "
-               "2-byte elements, the fp32 kernels' shapes); every time is modeled "
-               "(ckptlab.measure.timemodel; registers and shared memory: "
-               f"{timemodel.resources_note(rows[0]['gpu'])})")
+    kinds = {r["dtype"]: r["kernels"] for r in rows}
+    out.append("ridge: peak FLOP/s / bandwidth (FLOP per byte); rule: s R / f, s = 8 bytes of fp32 "
+               "S per pair, f = 14 flash FLOPs per pair per d (timemodel.rule_of_thumb); "
+               + "; ".join(f"{k}: {v}" for k, v in kinds.items())
+               + "; every time is modeled (ckptlab.measure.timemodel; registers and shared "
+               f"memory: {timemodel.resources_note(rows[0]['gpu'])})")
     return "\n".join(out)
 
 

@@ -83,12 +83,12 @@ def crossing_d(answer, gpu: str = "A100", dtype: str = "bf16") -> Verdict:
     theirs = timemodel.crossings(timemodel.recompute_gains([name], [other], DIMS,
                                                            **CROSSING))[name, other]
     if got == theirs:
-        return wrong(f"that is the {other} crossing: {dtype} has its own ridge and element size")
+        return wrong(f"that is the {other} crossing: {dtype} has its own ridge and kernels")
     gain = {r["d"]: r["gain_unique"] for r in rows}[int(got)]
     side = "still pays." if gain > 1 else "already costs: is it the first d where it does?"
     rule = timemodel.rule_of_thumb(name, dtype)
     return wrong(f"at d = {int(got)} the modeled gain is {gain:.2f}: recompute {side} The "
-                 f"rule of thumb d < e R / 7 gives {rule:.1f} on {name} in {dtype}; the full "
+                 f"rule of thumb d < 4 R / 7 gives {rule:.1f} on {name} in {dtype}; the full "
                  "model also counts operand bytes and launches")
 
 

@@ -29,9 +29,11 @@ from ckptlab.kernels.table import (
     SOFTMAX_ROWS,
     TC,
     TC_BWD_TILES,
+    TC_CONVERT_THREADS,
     TC_FWD_TILES,
     TC_SHARED_MAX,
     TC_TYPES,
+    tc_block_threads,
     tc_bwd_shared_bytes,
     tc_dq_shared_bytes,
     tc_fwd_shared_bytes,
@@ -152,7 +154,7 @@ def tc_forward(method, q, k, v, causal=False, scale=None, dropout_p=0.0, seed=0,
     ctype = _ctype(dtype)
     name = tc_names(ctype, Dt, fwd=(Br, Bc))[f"fwd_{method}"]
     mod = _module("attn_flash_fwd_tc.cu", ctype, Dt, (name,))
-    _launch(mod, name, (ceil_div(Nq, Br), B * H), (Br // TC * 32,),
+    _launch(mod, name, (ceil_div(Nq, Br), B * H), (tc_block_threads(Br),),
             (q, k, v, O, L, S, np.int32(Nq), np.int32(Nk), np.int32(d), np.float32(scale),
              np.int32(causal), *dropout_args(p, seed, offset)),
             tc_fwd_shared_bytes(Dt, Br, Bc))
@@ -198,13 +200,14 @@ def tc_backward(dO, q, k, v, saved, deterministic=False, *, tiles=None, method=N
         (O, dO, D, dQacc, np.int32(rows), np.int32(d), np.int32(deterministic)))
     args = (np.int32(Nq), np.int32(Nk), np.int32(d), np.float32(saved.scale),
             np.int32(saved.causal), *dropout_args(saved.dropout_p, saved.seed, saved.offset))
-    _launch(mod, dkdv, (ceil_div(Nk, Bc), B * H), (Bc // TC * 32,),
+    _launch(mod, dkdv, (ceil_div(Nk, Bc), B * H), (tc_block_threads(Bc),),
             (q, k, v, dO, L, D, S, dQacc, dK, dV, *args), tc_bwd_shared_bytes(Dt, Br, Bc))
     if deterministic:
-        _launch(mod, dq, (ceil_div(Nq, Br), B * H), (Br // TC * 32,),
+        _launch(mod, dq, (ceil_div(Nq, Br), B * H), (tc_block_threads(Br),),
                 (q, k, v, dO, L, D, S, dQ, *args), tc_dq_shared_bytes(Dt, Br, Bc))
     else:
         n = B * H * Nq * d
-        mod.get_function(names["convert"])((ceil_div(n, 256),), (256,),
+        mod.get_function(names["convert"])((ceil_div(n, TC_CONVERT_THREADS),),
+                                            (TC_CONVERT_THREADS,),
                                             (dQacc, dQ, np.int64(n)))
     return dQ, dK, dV

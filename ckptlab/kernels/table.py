@@ -164,6 +164,9 @@ TC_BWD_TILES = {Dt: t if t[0] % TC == 0 and t[1] % TC == 0 else (TC, TC)
 # compute capability 8.6 / 8.9 (163 KiB on 8.0, 227 KiB on 9.0; CUDA C++ Programming Guide,
 # "Technical Specifications per Compute Capability").
 TC_SHARED_MAX = 99 * 1024
+# Threads per block of attn_flash_bwd_dq_convert_tc (one dQ element a thread): a launch
+# choice, the kernel reads blockDim.x.
+TC_CONVERT_THREADS = 256
 
 
 def tc_tile_head_dim(d: int) -> int:
@@ -172,6 +175,12 @@ def tc_tile_head_dim(d: int) -> int:
     if not isinstance(d, (int, np.integer)):
         raise ValueError(f"head dim d must be an int, got d={d!r}")
     return tile_head_dim(int(d))
+
+
+def tc_block_threads(rows: int) -> int:
+    """Threads of a tensor-core attention block over `rows` tile rows (Br for the forward and
+    dQ kernels, Bc for dK/dV): one warp per TC-row strip of wmma tiles."""
+    return rows // TC * WARP
 
 
 def _tc_round(n: int) -> int:  # each region of the dynamic shared buffer starts 128-aligned

@@ -9,7 +9,10 @@ shared memory, threads) and the resident blocks per SM they allow.
                                         ckptlab.kernels.nvrtc; about a second per template
                                         instantiation), cached on disk by source hash; with
                                         no compiler, shared memory from the tile table and
-                                        registers unknown, and the record says so
+                                        registers unknown, and the record says so. The
+                                        tensor-core kernels' dynamic shared memory (which
+                                        ptxas cannot see: the launch sets it) comes from the
+                                        tile table either way
     resident_blocks(threads, resources, spec)
                                         blocks per SM: the least of what the threads, the
                                         registers and the shared memory allow (the CUDA occupancy
@@ -36,10 +39,13 @@ from ckptlab.kernels.table import (
     LANES,
     NAIVE_TILE,
     SOFTMAX_ROWS,
+    TC_CONVERT_THREADS,
     WARP,
     dkdv_shared_bytes,
     dq_shared_bytes,
+    dynamic_shared_bytes,
     flash_fwd_shared_bytes,
+    tc_block_threads,
 )
 
 OCCUPANCY_SOURCE = (
@@ -66,12 +72,19 @@ NO_COMPILER = ("no CUDA compiler here: shared memory from the tile table, regist
 
 @dataclass(frozen=True)
 class Resources:
-    """What one block of a kernel holds: registers per thread (None when unknown) and static
-    shared memory; `source` says where the numbers came from."""
+    """What one block of a kernel holds: registers per thread (None when unknown), static
+    shared memory (what ptxas reports) and dynamic shared memory (what the launch asks for: the
+    tensor-core kernels'); `source` says where the registers and static bytes came from."""
 
     registers: int | None
     smem: int
     source: str
+    dynamic_smem: int = 0
+
+    @property
+    def shared(self) -> int:
+        """All the shared memory a resident block holds: static + dynamic."""
+        return self.smem + self.dynamic_smem
 
 
 # ---------------------------------------------------------------- launch shapes
@@ -88,9 +101,35 @@ def template_args(kernel: str) -> list[str]:
     return [a.strip() for a in m[1].split(",")] if m else []
 
 
+def is_tensor_core(kernel: str) -> bool:
+    """A kernel of kernels/attn_flash_*_tc.cu (table.tc_names): 'attn_flash_fwd_tc<__half, ...>'."""
+    return base_name(kernel).endswith("_tc")
+
+
+def _tc_geometry(kernel: str, BH: int, Nq: int, Nk: int, d: int) -> tuple[int, int]:
+    """The tensor-core kernels as ckptlab.kernels.flash_tc launches them; the tiled ones are
+    <T, Dt, Br, Bc, ...> with one warp per 16-row strip of the block's tile rows
+    (table.tc_block_threads)."""
+    name, args = base_name(kernel), template_args(kernel)
+    if name == "attn_flash_bwd_preprocess_tc":  # one warp per row of all B*H*Nq rows
+        return ceil_div(BH * Nq, SOFTMAX_ROWS), WARP * SOFTMAX_ROWS
+    if name == "attn_flash_bwd_dq_convert_tc":  # one thread per dQ element
+        return ceil_div(BH * Nq * d, TC_CONVERT_THREADS), TC_CONVERT_THREADS
+    if len(args) >= 4 and all(a.isdigit() for a in args[1:4]):
+        Br, Bc = int(args[2]), int(args[3])
+        if name == "attn_flash_bwd_dkdv_tc":  # one block per K/V tile
+            return ceil_div(Nk, Bc) * BH, tc_block_threads(Bc)
+        if name in ("attn_flash_fwd_tc", "attn_flash_bwd_dq_tc"):  # one block per Q tile
+            return ceil_div(Nq, Br) * BH, tc_block_threads(Br)
+    raise ValueError(f"kernel: no launch shape known for {kernel!r}; expected a tensor-core "
+                     "kernel that ckptlab.kernels.flash_tc launches (table.tc_names)")
+
+
 def geometry(kernel: str, B: int, H: int, Nq: int, Nk: int, d: int) -> tuple[int, int]:
     """(blocks, threads per block) of one launch of `kernel`, as the wrappers launch it."""
     T, BH, name = NAIVE_TILE, B * H, base_name(kernel)
+    if is_tensor_core(kernel):
+        return _tc_geometry(kernel, BH, Nq, Nk, d)
     rows_kernels = {"attn_naive_softmax": Nq, "attn_naive_bwd_ds": Nq}
     if name in rows_kernels:  # one warp per row, SOFTMAX_ROWS rows per block
         return ceil_div(Nq, SOFTMAX_ROWS) * BH, WARP * SOFTMAX_ROWS
@@ -121,8 +160,12 @@ def geometry(kernel: str, B: int, H: int, Nq: int, Nk: int, d: int) -> tuple[int
 def table_shared_bytes(kernel: str) -> int:
     """Static shared memory of a kernel from the tile table (no compiler needed): the fused
     kernels' formulas of ckptlab.kernels.table, two padded NAIVE_TILE x (NAIVE_TILE + 1) float
-    tiles for a naive matmul, none for the row-wise kernels."""
+    tiles for a naive matmul, none for the row-wise kernels nor for the tensor-core kernels
+    (all of theirs is dynamic: table_dynamic_shared_bytes)."""
     name, args = base_name(kernel), template_args(kernel)
+    if is_tensor_core(kernel):
+        _tc_geometry(kernel, 1, 1, 1, 1)  # refuses a name flash_tc does not launch
+        return 0
     if len(args) >= 4:  # <Dt, Br, Bc, ..., stored>
         (Dt, Br, Bc), flags = (int(a) for a in args[:3]), [a == "true" for a in args[3:]]
         if name.endswith("_fwd"):
@@ -136,6 +179,13 @@ def table_shared_bytes(kernel: str) -> int:
     if name.startswith("attn_naive_"):
         return 2 * 4 * NAIVE_TILE * (NAIVE_TILE + 1)
     raise ValueError(f"kernel: no shared memory formula for {kernel!r}")
+
+
+def table_dynamic_shared_bytes(kernel: str) -> int:
+    """Dynamic shared memory flash_tc launches `kernel` with (table.dynamic_shared_bytes: the
+    kernels' FwdSmem / BwdSmem / DqSmem layouts); 0 for a kernel with static shared memory only.
+    ptxas does not report it: the launch, not the compiler, sets it."""
+    return dynamic_shared_bytes(kernel) or 0
 
 
 @functools.lru_cache(maxsize=None)
@@ -178,7 +228,8 @@ def resources(kernel: str, arch: str) -> Resources:
     """Registers per thread and static shared memory of `kernel` compiled for `arch`: ptxas'
     report, compiled when first asked for (a template kernel alone, as an NVRTC name
     expression; a file's extern "C" kernels together) and kept on disk; without a CUDA
-    compiler the table's shared memory and no registers (NO_COMPILER)."""
+    compiler the table's shared memory and no registers (NO_COMPILER). Dynamic shared memory
+    (the tensor-core kernels') comes from the tile table in both cases."""
     if arch not in ARCH_LIMITS:
         raise ValueError(f"arch: expected one of {sorted(ARCH_LIMITS)}, got {arch!r}")
     filename = _file_of(base_name(kernel))
@@ -186,12 +237,14 @@ def resources(kernel: str, arch: str) -> Resources:
     try:
         report = _compiled(filename, arch, names)
     except nvrtc.CompilerNotFound:
-        return Resources(None, table_shared_bytes(kernel), NO_COMPILER)
+        return Resources(None, table_shared_bytes(kernel), NO_COMPILER,
+                         table_dynamic_shared_bytes(kernel))
     if kernel not in report:
         raise ValueError(f"kernel: the compiler's report of {filename} has no {kernel!r}; "
                          f"it has {sorted(report)}")
     r = report[kernel]
-    return Resources(r["registers"], r["smem"], f"ptxas ({r['backend']}, {arch})")
+    return Resources(r["registers"], r["smem"], f"ptxas ({r['backend']}, {arch})",
+                     table_dynamic_shared_bytes(kernel))
 
 
 # ---------------------------------------------------------------- occupancy
@@ -201,7 +254,7 @@ def resident_blocks(threads: int, res: Resources, spec: dict) -> tuple[int, str]
     """(blocks of this kernel one SM holds at once, the resource that limits it) on the GPU of
     `spec` (a roofline.spec dict): the least of the limits on blocks, threads (whole warps),
     registers (REG_UNIT per warp, WARP_UNIT warps at a time; skipped when unknown) and shared
-    memory (static + SMEM_RESERVED per block)."""
+    memory (static + dynamic + SMEM_RESERVED per block)."""
     lim = ARCH_LIMITS[spec["arch"]]
     if not 1 <= threads <= 1024:
         raise ValueError(f"threads: expected 1..1024 per block, got {threads}")
@@ -211,7 +264,7 @@ def resident_blocks(threads: int, res: Resources, spec: dict) -> tuple[int, str]
         per_warp = ceil_div(res.registers * WARP, REG_UNIT) * REG_UNIT
         warps_by_regs = lim["registers"] // per_warp // WARP_UNIT * WARP_UNIT
         limits["registers"] = warps_by_regs // warps
-    limits["shared memory"] = spec["smem_per_sm_bytes"] // (res.smem + SMEM_RESERVED)
+    limits["shared memory"] = spec["smem_per_sm_bytes"] // (res.shared + SMEM_RESERVED)
     limiter = min(limits, key=limits.get)
     if limits[limiter] < 1:
         raise ValueError(f"a block of {threads} threads with {res} does not fit on one SM of "

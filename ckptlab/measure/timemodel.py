@@ -14,14 +14,19 @@ waves, t = LAUNCH_S + max(F / peak, M / bandwidth), the plain roofline plus the 
 Bytes come in two bounds (docs/design.md, "Measurement"): **unique** bytes (distinct bytes a
 launch touches: what an infinite cache would move) give the lower bound of the time, **counted**
 bytes (every request, no cache) the upper. Real DRAM traffic lies between the two. FLOPs are the
-hardware matmul FLOPs of ckptlab.measure.traffic (recompute included); exp, max and sums are not
-counted, nor are the special-function units that run exp (on tensor-core parts exp can be what
-bounds attention). Also left out: L2 bandwidth and latency, clocks below boost, launches
-overlapping each other. Every number here is modeled, and labelled so.
+hardware matmul FLOPs of ckptlab.measure.traffic or traffic_tc (recompute included); exp, max
+and sums are not counted, nor are the special-function units that run exp (on tensor-core parts
+exp can be what bounds attention). Also left out: L2 bandwidth and latency, clocks below
+boost, launches overlapping each other. Every number here is modeled, and labelled so.
 
-dtype "fp32" is what the kernels run (CUDA cores, 4-byte elements). "bf16" (or "fp16") is a
-what-if until a tensor-core variant exists: the tensor-core peak and 2-byte elements (L, D and
-atomics stay fp32, as in FlashAttention 2), with the fp32 kernels' launch shapes and resources.
+dtype "fp32" times the fp32 kernels (CUDA cores, 4-byte elements: ckptlab.measure.traffic).
+"bf16" (or "fp16") times what runs on tensor cores where a kernel exists: stored and flash are
+the tensor-core pair (kernels/attn_flash_*_tc.cu), with their own launches, tiles, registers and
+dynamic shared memory, their bytes as ckptlab.measure.traffic_tc models them (2-byte elements;
+L, D, stored's S and the atomic dQ's accumulator fp32) and their FLOPs at the tensor-core peak.
+naive has no tensor-core kernel: at 16 bits it is a what-if, the fp32 kernels' launches, shapes
+and resources with 2-byte elements (L, D and atomics stay fp32) at the tensor-core peak, and
+MethodTime.what_if says so.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ckptlab.kernels.common import ceil_div
-from ckptlab.measure import occupancy, roofline, traffic
+from ckptlab.measure import occupancy, roofline, traffic, traffic_tc
 
 LAUNCH_S = 3e-6
 LAUNCH_SOURCE = (
@@ -41,6 +46,13 @@ LAUNCH_SOURCE = (
 DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}  # element bytes (16-bit: tensor-core peak)
 FP32_ARGS = ("L", "D")  # kept in fp32 whatever the element type (logsumexp, rowsum(dO * O))
 BOUNDS = ("unique", "counted")  # lower, upper
+TC_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # -> traffic_tc's names (table.TC_TYPES)
+KERNELS_NOTE = {
+    "fp32": "the fp32 kernels (CUDA cores)",
+    "tc": "the tensor-core kernels (kernels/attn_flash_*_tc.cu, bytes: measure.traffic_tc)",
+    "what-if": "what-if: no tensor-core kernel, the fp32 kernels' launches, shapes and resources "
+               "at 2-byte elements and the tensor-core peak",
+}
 
 
 @dataclass(frozen=True)
@@ -123,14 +135,16 @@ def _scaled(per_arg: dict, element_bytes: int) -> int:
 
 
 def launch_bytes(kt: traffic.KernelTraffic, dtype: str = "fp32") -> dict:
-    """{'unique': ..., 'counted': ...} DRAM bytes of one launch's model at the element size of
-    `dtype` (FP32_ARGS and atomics stay 4 bytes: fp32 accumulators). An atomicAdd is a
-    read-modify-write: 2 x 4 bytes an operation with no cache, as unique bytes count an
-    atomically updated byte once read and once written; so unique <= counted here even where a
-    dQ element gets a single atomic (traffic's counted `bytes` count 4 bytes an operation)."""
+    """{'unique': ..., 'counted': ...} DRAM bytes of one launch's model. An fp32 kernel's model
+    (traffic) is rescaled to the element size of `dtype` (FP32_ARGS and atomics stay 4 bytes:
+    fp32 accumulators); a tensor-core kernel's (traffic_tc) already has its own element sizes
+    and is taken as modeled. An atomicAdd is a read-modify-write: 2 x 4 bytes an operation with
+    no cache, as unique bytes count an atomically updated byte once read and once written; so
+    unique <= counted here even where a dQ element gets a single atomic (the traffic models'
+    counted `bytes` count 4 bytes an operation)."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype: expected one of {sorted(DTYPES)}, got {dtype!r}")
-    e = DTYPES[dtype]
+    e = 4 if occupancy.is_tensor_core(kt.kernel) else DTYPES[dtype]  # 4: no rescaling
     counted = {n: kt.read[n] + kt.write[n] for n in kt.read}
     unique = {n: kt.unique_read[n] + kt.unique_write[n] for n in kt.unique_read}
     return {"counted": _scaled(counted, e) + 2 * kt.atomic_bytes,
@@ -148,6 +162,8 @@ class MethodTime:
     device: str
     dtype: str
     launches: dict  # bound ("unique" | "counted") -> [LaunchTime, ...]
+    kernels: str = KERNELS_NOTE["fp32"]  # which kernels were timed (KERNELS_NOTE)
+    what_if: bool = False  # True: no such kernel runs (naive at 16 bits)
 
     def seconds(self, bound: str) -> float:
         return sum(x.seconds for x in self.launches[bound])
@@ -169,18 +185,34 @@ class MethodTime:
         return "; ".join(sorted({x.resources for x in self.launches["counted"]}))
 
 
+def timed_launches(method: str, B, H, Nq, Nk, d, causal=False, deterministic=False,
+                   dtype: str = "fp32") -> tuple[list, str]:
+    """(the modeled launches method_time times, its KERNELS_NOTE key): the fp32 kernels'
+    (traffic.launches) in fp32; at 16 bits the tensor-core pair's (traffic_tc.tc_launches) for
+    stored and flash, and the fp32 kernels' as a what-if for naive (no tensor-core kernel)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype: expected one of {sorted(DTYPES)}, got {dtype!r}")
+    if dtype == "fp32":
+        return traffic.launches(method, B, H, Nq, Nk, d, causal, deterministic), "fp32"
+    if method in traffic_tc.METHODS:
+        return traffic_tc.tc_launches(method, B, H, Nq, Nk, d, causal, deterministic,
+                                      TC_DTYPES[dtype]), "tc"
+    return traffic.launches(method, B, H, Nq, Nk, d, causal, deterministic), "what-if"
+
+
 def method_time(method: str, B, H, Nq, Nk, d, device, *, causal=False, deterministic=False,
                 dtype: str = "fp32") -> MethodTime:
-    """Every launch of `method`'s forward + backward (traffic.launches) timed at both bounds."""
+    """Every launch of `method`'s forward + backward (timed_launches) timed at both bounds."""
     name = roofline.spec(device)["name"]
     out: dict = {b: [] for b in BOUNDS}
-    for kt in traffic.launches(method, B, H, Nq, Nk, d, causal, deterministic):
+    runs, kind = timed_launches(method, B, H, Nq, Nk, d, causal, deterministic, dtype)
+    for kt in runs:
         blocks, threads = occupancy.geometry(kt.kernel, B, H, Nq, Nk, d)
         nbytes = launch_bytes(kt, dtype)
         for bound in BOUNDS:
             out[bound].append(launch_time(kt.kernel, blocks, threads, kt.flops, nbytes[bound],
                                           name, dtype))
-    return MethodTime(method, name, dtype, out)
+    return MethodTime(method, name, dtype, out, KERNELS_NOTE[kind], kind == "what-if")
 
 
 # ---------------------------------------------------------------- the decomposition
@@ -218,10 +250,10 @@ def fills_one_wave(kernel: str, B, H, Nq, Nk, d, device) -> bool:
 
 def fills_waves_from(B, H, d, device, methods=CHAIN, *, causal=False, deterministic=False,
                      n_max: int = 1 << 20) -> int | None:
-    """The smallest power-of-two N (Nq = Nk) at which every launch of `methods` fills at least
-    one wave on `device`: below it some launch runs on part of the GPU and the model mostly
-    says launch costs and partial waves; from it on, the roofline term means something. None if
-    no N up to n_max does."""
+    """The smallest power-of-two N (Nq = Nk) at which every launch of `methods` (their fp32
+    kernels: what bench attention times) fills at least one wave on `device`: below it some
+    launch runs on part of the GPU and the model mostly says launch costs and partial waves;
+    from it on, the roofline term means something. None if no N up to n_max does."""
     names = {kt.kernel for m in methods
              for kt in traffic.launches(m, 1, 1, 1, 1, d, causal, deterministic)}
     n = 64
@@ -235,13 +267,34 @@ def fills_waves_from(B, H, d, device, methods=CHAIN, *, causal=False, determinis
 # ---------------------------------------------------------------- when recompute stops paying
 
 
-def rule_of_thumb(gpu, dtype: str) -> float:
-    """The head dim below which recompute pays on the roofline, e R / 7: per (i, j) pair flash
-    recomputes S (2 d more FLOPs: 14 d, against stored's 12 d) and stored moves its tile data
-    twice (2 e more bytes, e bytes an element). At large N, with operand bytes neglected, flash
-    is compute-bound (14 d / peak) and stored takes max(12 d / peak, 2 e / bandwidth): recompute
-    pays while 2 e R > 14 d. Past it both are compute-bound and the gain is 12 / 14."""
-    return DTYPES[dtype] * roofline.ridge_point(gpu, dtype) / 7
+RULE_SIZE = dict(N=64, d=16)  # tiles divide N and d = Dt: whole tiles, no padding
+
+
+def per_pair(dtype: str, deterministic: bool = False) -> dict:
+    """Per visible (i, j) pair, from the modeled launches method_time times (timed_launches at
+    RULE_SIZE): stored's bytes of S (written by the forward, read by each backward kernel that
+    reads it), and stored's and flash's hardware FLOPs in units of d."""
+    N, d = RULE_SIZE["N"], RULE_SIZE["d"]
+    pairs = traffic.visible_pairs(N, N, False)
+    runs = {m: timed_launches(m, 1, 1, N, N, d, False, deterministic, dtype)[0]
+            for m in ("stored", "flash")}
+    s = sum(kt.read.get("S", 0) + kt.write.get("S", 0) for kt in runs["stored"])
+    return dict(s_bytes=s / pairs, **{f"{m}_flops_per_d": sum(kt.flops for kt in runs[m])
+                                      / pairs / d for m in runs})
+
+
+def rule_of_thumb(gpu, dtype: str, deterministic: bool = False) -> float:
+    """The head dim below which recompute pays on the roofline, s R / f: per (i, j) pair flash
+    runs f d FLOPs (f = 14 with the atomic dQ: 4 forward, 10 backward with the recomputed S;
+    stored 12) and stored moves s more bytes, its scores S (per_pair counts both from the
+    models). S is fp32 in both precisions (the tensor-core stored kernel keeps the accumulators'
+    fp32 S, traffic_tc), written once and read once by the dK/dV kernel: s = 8. At large N, with
+    operand bytes neglected, flash is compute-bound (f d / peak) and stored takes
+    max(12 d / peak, s / bandwidth): recompute pays while s R > f d, d < 8 R / 14 = 4 R / 7.
+    Past it both are compute-bound and the gain is 12 / 14. Deterministic dQ: the dQ kernel
+    reads S again (s = 12) and recomputes dP, flash also S (f = 18, stored 14): d < 2 R / 3."""
+    p = per_pair(dtype, deterministic)
+    return p["s_bytes"] * roofline.ridge_point(gpu, dtype) / p["flash_flops_per_d"]
 
 
 def recompute_gains(gpus, dtypes, ds, *, N, B=1, H=16, causal=False,
@@ -264,7 +317,8 @@ def recompute_gains(gpus, dtypes, ds, *, N, B=1, H=16, causal=False,
                     flash_hi_s=t["flash"].upper,
                     gain_unique=t["stored"].lower / t["flash"].lower,
                     gain_counted=t["stored"].upper / t["flash"].upper,
-                    rule_of_thumb_d=rule_of_thumb(name, dtype), source="modeled"))
+                    rule_of_thumb_d=rule_of_thumb(name, dtype, deterministic),
+                    kernels=t["stored"].kernels, source="modeled"))
     return rows
 
 

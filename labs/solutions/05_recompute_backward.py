@@ -26,13 +26,13 @@ def recompute_bytes_saved(B: int, H: int, N: int, d: int) -> int:
 answer_2 = recompute_bytes_saved(1, 1, 256, 64)  # 524,288 bytes (d does not enter)
 
 
-# Exercise 3. Recompute pays while d < e R / 7 (section 1): A100 in bf16, e = 2 bytes, ridge
-# R = 312e12 / 2.039e12 = 153 FLOP/byte, so d < 2 x 153 / 7 = 43.7. Of 16, 32, 64, 128 the
-# first above it is 64: there the recompute gain falls below 1 (the sweep: 0.94 with unique
-# bytes; still 1.43 at d = 32).
+# Exercise 3. Recompute pays while d < 4 R / 7 (section 1: S stays fp32, 8 bytes a pair, in bf16
+# too): A100 in bf16, ridge R = 312e12 / 2.039e12 = 153 FLOP/byte, so d < 4 x 153 / 7 = 87.4.
+# Of 16, 32, 64, 128 the first above it is 128: there the recompute gain falls below 1 (the
+# sweep: 0.94 with unique bytes; still 1.46 at d = 64).
 ridge = A100_TENSOR16 / A100_BANDWIDTH
-rule = 2 * ridge / 7  # 43.7
-answer_3 = min(d for d in (16, 32, 64, 128) if d > rule)  # 64
+rule = 4 * ridge / 7  # 87.4
+answer_3 = min(d for d in (16, 32, 64, 128) if d > rule)  # 128
 
 # Exercise 4. Per (i, j) pair: model FLOPs 4 d (forward) + 8 d (backward) = 12 d; hardware FLOPs
 # 4 d + 10 d (the backward also recomputes S, 2 d) = 14 d (the tiles divide N = 1024 and d = 64:
