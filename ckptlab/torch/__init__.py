@@ -3,10 +3,16 @@ more than one process on PyTorch's own distributed engine.
 
     from ckptlab import torch as ct
     O = ct.attention(q, k, v, causal=True, method="flash")         # torch tensors, autograd
+    O = ct.FlashAttention.apply(q, k, v, is_causal)                # CS336's call, (B, N, d)
+    out = ct.flash_attn_func(q, k, v, dropout_p, causal=True)      # flash_attn's, (B, N, H, d)
     y = ct.checkpoint_sequential(blocks, x, schedule="optimal(40%)")
 
     arrays.py     zero-copy views: CPU tensors <-> NumPy (the emulator), CUDA <-> CuPy (DLPack)
-    attention.py  the kernels as a torch.autograd.Function; what it saves is the kernel's Saved
+    attention.py  the kernels as a torch.autograd.Function; what it saves is the kernel's Saved;
+                  (B, N, d) inputs as one head; FlashAttention / StoredAttention /
+                  NaiveAttention.apply(q, k, v, is_causal), Stanford CS336's call
+    flash_attn.py flash_attn_func, _qkvpacked_func, _kvpacked_func: FlashAttention 2's interface
+                  (layout, MQA / GQA, softmax_lse, S_dmask) over the flash kernels
     ledger.py     saved-tensor bytes through saved_tensors_hooks, by storage, over time
     profile.py    a ckptlab Profile of a torch chain, measured from its saved tensors
     selective.py  ckptlab's selective policies as PyTorch selective-checkpoint policies
@@ -28,13 +34,28 @@ except ImportError:
                       "pip install -e '.[torch]' (CPU build: pip install torch==2.13.0 "
                       "--index-url https://download.pytorch.org/whl/cpu)") from None
 
-from ckptlab.torch.attention import METHODS, attention, flop_counter
+from ckptlab.torch.attention import (
+    METHODS,
+    FlashAttention,
+    NaiveAttention,
+    StoredAttention,
+    attention,
+    attention_with_lse,
+    flop_counter,
+)
+from ckptlab.torch.flash_attn import (
+    flash_attn_func,
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+)
 from ckptlab.torch.ledger import TorchLedger
 from ckptlab.torch.profile import profile
 from ckptlab.torch.recomputing import recomputed, recomputing
 from ckptlab.torch.schedule import checkpoint_sequential, make_schedule, run_plan
 from ckptlab.torch.selective import context_fn, sac_policy
 
-__all__ = ["METHODS", "TorchLedger", "attention", "checkpoint_sequential", "context_fn",
+__all__ = ["METHODS", "FlashAttention", "NaiveAttention", "StoredAttention", "TorchLedger",
+           "attention", "attention_with_lse", "checkpoint_sequential", "context_fn",
+           "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func",
            "flop_counter", "make_schedule", "profile", "recomputed", "recomputing", "run_plan",
            "sac_policy"]

@@ -2,15 +2,27 @@
 
     O = attention(q, k, v, causal=False, dropout_p=0.0, scale=None, method="flash",
                   deterministic=False, seed=None, offset=0)
+    O = FlashAttention.apply(q, k, v, is_causal)      # the same, as an autograd.Function
 
-q, k, v are torch tensors (B, H, N, d), C-contiguous, all on one device, in fp32 (every method)
-or float16 / bfloat16 (stored and flash: the tensor-core kernels, fp32 L and S; bfloat16 on CPU
-tensors only until a GPU has run it): CPU tensors run
-on the emulator through zero-copy NumPy views, CUDA tensors on the GPU through CuPy and DLPack
-on torch's current stream (arrays.py). The forward launches `kernels.<method>_forward` and
+q, k, v are torch tensors (B, H, N, d), or (B, N, d) for one head, C-contiguous, all on one
+device, in fp32 (every method) or float16 / bfloat16 (stored and flash: the tensor-core
+kernels, fp32 L and S; bfloat16 on CPU tensors only until a GPU has run it): CPU tensors run on
+the emulator through zero-copy NumPy views, CUDA tensors on the GPU through CuPy and DLPack on
+torch's current stream (arrays.py). The forward launches `kernels.<method>_forward` and
 saves, through ctx.save_for_backward (so torch.autograd.graph.saved_tensors_hooks see them),
 the inputs q, k, v and exactly the kernel's Saved.tensors: P for naive; O and L = m + log l for
 flash, O being the output tensor itself. The backward launches `kernels.<method>_backward`.
+
+3-D inputs (B, N, d) are one head: the kernels run on (B, 1, N, d) views of them (no copy), O
+comes back as (B, Nq, d), and every saved tensor is viewed back to the caller's rank: O
+(B, Nq, d), L (B, Nq), P or S (B, Nq, Nk). So L is the one saved tensor of shape
+(batch, n_queries), where Stanford CS336's FlashAttention tests look for it.
+
+FlashAttention, StoredAttention and NaiveAttention are torch.autograd.Function classes with
+CS336's call, `.apply(q, k, v, is_causal=False)`: the method of their name, the default scale
+1/sqrt(d), no dropout, the atomic dQ. They run the same forward and backward as attention(),
+whose options they lack. Causal masking is aligned to the bottom-right corner, as everywhere
+in ckptlab: CS336's reference aligns it to the top-left, the same mask when Nq == Nk.
 
 Dropout follows ckptlab's Philox convention: element (b, h, i, j) keeps its value iff Philox
 word ((b*H + h)*Nq + i)*Nk + j of (seed, offset) clears the threshold (ckptlab.rng). Pass seed
@@ -64,6 +76,63 @@ class _Options:
     offset: int
     method: str
     deterministic: bool
+    with_lse: bool = False  # also return L (B, H, Nq), non-differentiable (fused methods)
+
+
+def _one_head(t):
+    """(B, N, d) -> (B, 1, N, d), a view; a 4-D tensor as it is."""
+    return t.unsqueeze(1) if t.dim() == 3 else t
+
+
+def _caller_rank(a, one_head: bool):
+    """A kernel array (B, 1, ...) as (B, ...) for a one-head call: a view (the arrays are
+    C-contiguous); anything else as it is."""
+    return a.reshape(a.shape[:1] + a.shape[2:]) if one_head and a.ndim >= 2 else a
+
+
+def _forward(ctx, q, k, v, opts: _Options):
+    """The forward every Function here runs: launch, keep the Saved set on ctx (viewed to the
+    caller's rank), count FLOPs. Returns O, and L too when opts.with_lse."""
+    launch = getattr(kernels, f"{opts.method}_forward")
+    one = q.dim() == 3
+    with arrays.on(q) as (to_array, to_tensor):
+        O, saved = launch(*(to_array(_one_head(t)) for t in (q, k, v)), causal=opts.causal,
+                          scale=opts.scale, dropout_p=opts.dropout_p, seed=opts.seed,
+                          offset=opts.offset)
+        out = to_tensor(_caller_rank(O, one))  # (B, H, Nq, d), or (B, Nq, d) for one head
+        held = {name: out if a is O else to_tensor(_caller_rank(a, one))
+                for name, a in saved.tensors.items()}
+    ctx.meta = dataclasses.replace(saved, tensors={})  # options and shapes, no arrays
+    ctx.names, ctx.deterministic = tuple(held), opts.deterministic
+    ctx.kernel_shapes = tuple(tuple(a.shape) for a in saved.tensors.values())
+    ctx.save_for_backward(q, k, v, *held.values())
+    _count("forward", 2 * _matmul_flops(saved.shapes))
+    if not opts.with_lse:
+        return out
+    ctx.mark_non_differentiable(held["L"])  # _attention refused naive, which keeps no L
+    return out, held["L"]
+
+
+def _backward(ctx, dO):
+    """The backward every Function here runs: (dq, dk, dv) in the inputs' shapes."""
+    q, k, v, *held = ctx.saved_tensors
+    method = ctx.meta.method
+    launch = getattr(kernels, f"{method}_backward")
+    kw = ({"deterministic": ctx.deterministic}
+          if "deterministic" in inspect.signature(launch).parameters else {})
+    with arrays.on(q) as (to_array, to_tensor):
+        tensors = {n: to_array(t).reshape(shape)  # back to the kernels' (B, H, ...): a view
+                   for n, t, shape in zip(ctx.names, held, ctx.kernel_shapes, strict=True)}
+        saved = dataclasses.replace(ctx.meta, tensors=tensors)
+        grads = launch(to_array(_one_head(dO.contiguous())),
+                       *(to_array(_one_head(t)) for t in (q, k, v)), saved, **kw)
+        dq, dk, dv = (to_tensor(g.reshape(t.shape)) for g, t in zip(grads, (q, k, v),
+                                                                    strict=True))
+    mm = _matmul_flops(ctx.meta.shapes)
+    _count("backward", 4 * mm)
+    if method == "flash":
+        _count("recompute", mm)  # S = scale Q K^T, again, tile by tile
+    return dq, dk, dv
 
 
 class _Attention(torch.autograd.Function):
@@ -71,38 +140,51 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, opts: _Options):
-        launch = getattr(kernels, f"{opts.method}_forward")
-        with arrays.on(q) as (to_array, to_tensor):
-            O, saved = launch(to_array(q), to_array(k), to_array(v), causal=opts.causal,
-                              scale=opts.scale, dropout_p=opts.dropout_p, seed=opts.seed,
-                              offset=opts.offset)
-            out = to_tensor(O)  # (B, H, Nq, d)
-            held = {name: out if a is O else to_tensor(a) for name, a in saved.tensors.items()}
-        ctx.meta = dataclasses.replace(saved, tensors={})  # options and shapes, no arrays
-        ctx.names, ctx.deterministic = tuple(held), opts.deterministic
-        ctx.save_for_backward(q, k, v, *held.values())
-        _count("forward", 2 * _matmul_flops(saved.shapes))
-        return out
+        return _forward(ctx, q, k, v, opts)
 
     @staticmethod
     @once_differentiable  # the kernels' gradients are not themselves differentiable
+    def backward(ctx, dO, *dL):  # dL: L's gradient when with_lse (non-differentiable: unused)
+        return *_backward(ctx, dO), None
+
+
+class _Apply(torch.autograd.Function):
+    """CS336's autograd.Function call, .apply(q, k, v, is_causal=False); each subclass names
+    its method."""
+
+    @staticmethod
+    def run(ctx, q, k, v, is_causal, method):
+        _check(q, k, v, method, False)
+        return _forward(ctx, q, k, v, _Options(is_causal, None, 0.0, 0, 0, method, False))
+
+    @staticmethod
+    @once_differentiable
     def backward(ctx, dO):
-        q, k, v, *held = ctx.saved_tensors
-        method = ctx.meta.method
-        launch = getattr(kernels, f"{method}_backward")
-        kw = ({"deterministic": ctx.deterministic}
-              if "deterministic" in inspect.signature(launch).parameters else {})
-        with arrays.on(q) as (to_array, to_tensor):
-            saved = dataclasses.replace(
-                ctx.meta, tensors={n: to_array(t) for n, t in zip(ctx.names, held, strict=True)})
-            grads = launch(to_array(dO.contiguous()), to_array(q), to_array(k), to_array(v),
-                           saved, **kw)
-            dq, dk, dv = (to_tensor(g) for g in grads)
-        mm = _matmul_flops(ctx.meta.shapes)
-        _count("backward", 4 * mm)
-        if method == "flash":
-            _count("recompute", mm)  # S = scale Q K^T, again, tile by tile
-        return dq, dk, dv, None
+        return *_backward(ctx, dO), None
+
+
+class FlashAttention(_Apply):
+    """O = FlashAttention.apply(q, k, v, is_causal=False): method "flash" (saves O and L)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, is_causal=False):
+        return _Apply.run(ctx, q, k, v, is_causal, "flash")
+
+
+class StoredAttention(_Apply):
+    """O = StoredAttention.apply(q, k, v, is_causal=False): method "stored" (saves O, L, S)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, is_causal=False):
+        return _Apply.run(ctx, q, k, v, is_causal, "stored")
+
+
+class NaiveAttention(_Apply):
+    """O = NaiveAttention.apply(q, k, v, is_causal=False): method "naive" (saves P)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, is_causal=False):
+        return _Apply.run(ctx, q, k, v, is_causal, "naive")
 
 
 def _matmul_flops(shapes) -> int:
@@ -111,21 +193,58 @@ def _matmul_flops(shapes) -> int:
     return 2 * B * H * Nq * Nk * d
 
 
-def attention(q, k, v, causal: bool = False, dropout_p: float = 0.0, scale: float | None = None,
-              method: str = "flash", deterministic: bool = False, seed: int | None = None,
-              offset: int = 0) -> torch.Tensor:
-    """O = dropout(softmax(scale Q K^T)) V with ckptlab's kernels, differentiable in q, k, v.
-    Causal masking is aligned to the bottom-right corner when Nq != Nk (FlashAttention 2.1+);
-    a row that sees no key gets O = 0."""
+def _check(q, k, v, method, deterministic) -> None:
     arrays.check_tensor("q", q)
     arrays.check_tensor("k", k, like=q)
     arrays.check_tensor("v", v, like=q)
+    if q.dim() not in (3, 4):
+        raise ValueError(f"q must have rank 4 (B, H, N, d) or 3 (B, N, d: one head), got shape "
+                         f"{tuple(q.shape)}")
+    for name, t in (("k", k), ("v", v)):
+        if t.dim() != q.dim():
+            what = "(B, H, N, d)" if q.dim() == 4 else "(B, N, d)"
+            raise ValueError(f"{name} must have rank {q.dim()} {what} like q, got shape "
+                             f"{tuple(t.shape)}")
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if not isinstance(deterministic, bool):
         raise TypeError(f"deterministic must be a bool, got {deterministic!r}")
+
+
+def draw_seed(dropout_p) -> int:
+    """The dropout seed attention() uses when given none: one torch.randint from torch's
+    default CPU generator when dropout_p > 0 (torch.manual_seed reproduces it, checkpoint's
+    RNG restore redraws it); 0, drawing nothing, otherwise."""
+    drawn = isinstance(dropout_p, (int, float)) and dropout_p > 0
+    return int(torch.randint(0, 2**62, ()).item()) if drawn else 0
+
+
+def attention(q, k, v, causal: bool = False, dropout_p: float = 0.0, scale: float | None = None,
+              method: str = "flash", deterministic: bool = False, seed: int | None = None,
+              offset: int = 0) -> torch.Tensor:
+    """O = dropout(softmax(scale Q K^T)) V with ckptlab's kernels, differentiable in q, k, v.
+    q, k, v: (B, H, N, d), or (B, N, d) for one head (O is then (B, Nq, d)).
+    Causal masking is aligned to the bottom-right corner when Nq != Nk (FlashAttention 2.1+);
+    a row that sees no key gets O = 0."""
+    return _attention(q, k, v, causal, dropout_p, scale, method, deterministic, seed, offset)
+
+
+def attention_with_lse(q, k, v, causal: bool = False, dropout_p: float = 0.0,
+                       scale: float | None = None, method: str = "flash",
+                       deterministic: bool = False, seed: int | None = None, offset: int = 0):
+    """attention() that also returns L = logsumexp(scale Q K^T) per row, fp32, (B, H, Nq) (or
+    (B, Nq) for one head), +inf for a row that sees no key: the very tensor the backward
+    reads, not differentiable. Methods "stored" and "flash" (naive keeps no L)."""
+    return _attention(q, k, v, causal, dropout_p, scale, method, deterministic, seed, offset,
+                      with_lse=True)
+
+
+def _attention(q, k, v, causal, dropout_p, scale, method, deterministic, seed, offset,
+               with_lse=False):
+    _check(q, k, v, method, deterministic)
+    if with_lse and method == "naive":
+        raise ValueError("method 'naive' keeps no L (logsumexp); use 'stored' or 'flash'")
     if seed is None:
-        drawn = isinstance(dropout_p, (int, float)) and dropout_p > 0
-        seed = int(torch.randint(0, 2**62, ()).item()) if drawn else 0
-    opts = _Options(causal, scale, dropout_p, seed, offset, method, deterministic)
+        seed = draw_seed(dropout_p)
+    opts = _Options(causal, scale, dropout_p, seed, offset, method, deterministic, with_lse)
     return _Attention.apply(q, k, v, opts)
