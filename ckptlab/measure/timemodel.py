@@ -220,10 +220,10 @@ def method_time(method: str, B, H, Nq, Nk, d, device, *, causal=False, determini
 CHAIN = ("naive", "stored", "flash")
 WHAT_DIFFERS = {
     "fusion": "naive -> stored: fusion and tiles (unfused launches on 16 x 16 tiles with S, P, "
-              "dP and dS through HBM, against the fused flash-tiled launches); P is stored in "
-              "both",
-    "recompute": "stored -> flash: only where P comes from (read back from HBM, or recomputed "
-                 "from Q, K and L); same tiles, launches and loops",
+              "dP and dS through HBM, against the fused flash-tiled launches); an N x N "
+              "matrix is saved in both (naive: P; stored: S)",
+    "recompute": "stored -> flash: only where P comes from (P = exp(S - L) from S read back "
+                 "from HBM, or from S recomputed from Q and K); same tiles, launches and loops",
     "product": "naive -> flash: both at once (what FlashAttention's headline numbers compare)",
 }
 
