@@ -40,3 +40,24 @@ def _target(request):
     name = "cuda" if wants_gpu(request.node) else "emu"
     with device.use(name), emu.settings(mode="counted", race_check=True):
         yield
+
+
+@pytest.fixture
+def no_cuda_compiler(monkeypatch):
+    """As on a machine with no CUDA compiler: measure.occupancy falls back to the tile table
+    (its caches cleared before and after, so no record compiled elsewhere leaks in or out)."""
+    from pathlib import Path
+
+    from ckptlab.kernels import nvrtc
+    from ckptlab.measure import occupancy
+
+    def missing(*args, **kwargs):
+        raise nvrtc.CompilerNotFound("no CUDA compiler here (test)")
+
+    monkeypatch.setattr(nvrtc, "compile_file", missing)
+    monkeypatch.setattr(occupancy.build, "cache_dir", lambda: Path("/nonexistent-ckptlab-cache"))
+    occupancy.resources.cache_clear()
+    occupancy._compiled.cache_clear()
+    yield
+    occupancy.resources.cache_clear()
+    occupancy._compiled.cache_clear()

@@ -112,26 +112,14 @@ def test_compiler_report_agrees_with_the_tile_table(arch):
         assert occupancy.resources(kernel, arch).smem == occupancy.table_shared_bytes(kernel)
 
 
-def test_without_a_compiler_it_falls_back_and_says_so(monkeypatch):
-    def missing(*args, **kwargs):
-        raise nvrtc.CompilerNotFound("no CUDA compiler here (test)")
-
-    monkeypatch.setattr(nvrtc, "compile_file", missing)
-    monkeypatch.setattr(occupancy.build, "cache_dir", lambda: __import__("pathlib").Path(
-        "/nonexistent-ckptlab-cache"))
-    occupancy.resources.cache_clear()
-    occupancy._compiled.cache_clear()
-    try:
-        r = occupancy.resources("attn_flash_fwd<64, 64, 32, false>", "sm_80")
-        assert r.registers is None and r.smem == kernels.flash_fwd_shared_bytes(64, 64, 32)
-        assert r.source == occupancy.NO_COMPILER and "shared memory and threads" in r.source
-        t = timemodel.launch_time("attn_flash_fwd<64, 64, 32, false>", 16, 512, 1e9, 1e6,
-                                  "a100")
-        assert t.resident == 3 and t.limiter == "shared memory"  # 167936 // 42624
-        assert t.resources == occupancy.NO_COMPILER
-    finally:
-        occupancy.resources.cache_clear()
-        occupancy._compiled.cache_clear()
+def test_without_a_compiler_it_falls_back_and_says_so(no_cuda_compiler):
+    r = occupancy.resources("attn_flash_fwd<64, 64, 32, false>", "sm_80")
+    assert r.registers is None and r.smem == kernels.flash_fwd_shared_bytes(64, 64, 32)
+    assert r.source == occupancy.NO_COMPILER and "shared memory and threads" in r.source
+    t = timemodel.launch_time("attn_flash_fwd<64, 64, 32, false>", 16, 512, 1e9, 1e6,
+                              "a100")
+    assert t.resident == 3 and t.limiter == "shared memory"  # 167936 // 42624
+    assert t.resources == occupancy.NO_COMPILER
 
 
 def test_bad_input_is_refused():

@@ -90,27 +90,15 @@ def test_tc_resources_count_the_dynamic_shared_memory():
             table.dynamic_shared_bytes(name) or 0)
 
 
-def test_tc_resources_without_a_compiler(monkeypatch):
-    def missing(*args, **kwargs):
-        raise nvrtc.CompilerNotFound("no CUDA compiler here (test)")
-
-    monkeypatch.setattr(nvrtc, "compile_file", missing)
-    monkeypatch.setattr(occupancy.build, "cache_dir", lambda: __import__("pathlib").Path(
-        "/nonexistent-ckptlab-cache"))
-    occupancy.resources.cache_clear()
-    occupancy._compiled.cache_clear()
-    try:
-        kernel = table.tc_names("__nv_bfloat16", 64)["fwd_stored"]
-        r = occupancy.resources(kernel, "sm_80")
-        assert (r.registers, r.smem, r.source) == (None, 0, occupancy.NO_COMPILER)
-        assert r.dynamic_smem == table.tc_fwd_shared_bytes(64, 64, 32) == 50176
-        mt = timemodel.method_time("stored", 1, 16, 4096, 4096, 64, "a100", dtype="bf16")
-        fwd = mt.launches["unique"][0]
-        assert (fwd.resident, fwd.limiter) == (3, "shared memory")  # 167936 // 51200
-        assert mt.resources == occupancy.NO_COMPILER
-    finally:
-        occupancy.resources.cache_clear()
-        occupancy._compiled.cache_clear()
+def test_tc_resources_without_a_compiler(no_cuda_compiler):
+    kernel = table.tc_names("__nv_bfloat16", 64)["fwd_stored"]
+    r = occupancy.resources(kernel, "sm_80")
+    assert (r.registers, r.smem, r.source) == (None, 0, occupancy.NO_COMPILER)
+    assert r.dynamic_smem == table.tc_fwd_shared_bytes(64, 64, 32) == 50176
+    mt = timemodel.method_time("stored", 1, 16, 4096, 4096, 64, "a100", dtype="bf16")
+    fwd = mt.launches["unique"][0]
+    assert (fwd.resident, fwd.limiter) == (3, "shared memory")  # 167936 // 51200
+    assert mt.resources == occupancy.NO_COMPILER
 
 
 def test_naive_at_16_bits_is_a_what_if():
