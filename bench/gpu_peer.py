@@ -3,12 +3,17 @@ shapes, the same inputs, the same timer (ckptlab.measure.time_fn), forward + bac
 
     python bench/gpu_peer.py --out DIR [--n 256,1024,4096] [--batch 1] [--heads 16] [--d 64]
                              [--causal both|yes|no] [--repeats 20] [--device cuda|emu]
+                             [--dtypes float32[,float16]]
 
 Methods: ckptlab's fp32 kernels (naive, stored when it exists, flash); SDPA's math backend
 (unfused, cuBLAS fp32) and memory-efficient backend (fused, recomputes P) in fp32; SDPA's flash
-backend in bf16 and fp16 (tensor cores; ckptlab's own tensor-core kernels join when they exist).
+backend in bf16 and fp16 (tensor cores). With --dtypes float32,float16 also ckptlab's
+tensor-core kernels (stored and flash, kernels/attn_flash_*_tc.cu) in fp16, against SDPA flash
+fp16: the same precision. bench/gpu_check.sh leaves them out (their first NVRTC compiles are
+not yet in its step budget, which no GPU has measured); run them by hand when time allows.
 Ratios are ckptlab time / PyTorch time for pairs that differ in one thing (who wrote the kernel):
-naive / math, stored / efficient, flash / efficient. The cross-precision line (ckptlab fp32 flash
+naive / math, stored / efficient, flash / efficient, and in fp16 stored and flash / SDPA flash
+(ckptlab's stored keeps S, SDPA recomputes it). The cross-precision line (ckptlab fp32 flash
 over SDPA flash bf16) says what tensor cores buy, and is labelled as such.
 
 Writes DIR/peer.csv (one row per method and shape: median, p10, p90 seconds, model TFLOP/s) and
@@ -42,15 +47,25 @@ PAIRS = (
     ("stored", "float32", "sdpa-efficient", "float32", "fused; ckptlab stores P, SDPA recomputes"),
     ("flash", "float32", "sdpa-efficient", "float32", "fused, P recomputed"),
     ("flash", "float32", "sdpa-flash", "bfloat16", "PRECISION DIFFERS: what tensor cores buy"),
+    ("stored", "float16", "sdpa-flash", "float16", "tensor cores; ckptlab stores S, SDPA "
+     "recomputes"),
+    ("flash", "float16", "sdpa-flash", "float16", "tensor cores, P recomputed"),
 )
+DTYPES = ("float32", "float16")  # what --dtypes may ask of ckptlab (bf16: CuPy's untested)
 
 
-def ckptlab_methods() -> dict:
-    """name -> (forward, backward) of the fp32 kernels this checkout has."""
-    methods = {"naive": (kernels.naive_forward, kernels.naive_backward)}
+def ckptlab_methods(dtypes=("float32",)) -> dict:
+    """(name, dtype) -> (forward, backward) of the kernels this checkout has: every method in
+    fp32; stored and flash in fp16 (the wrappers pick the tensor-core kernels for 16-bit
+    inputs)."""
+    fp32 = {"naive": (kernels.naive_forward, kernels.naive_backward)}
     if hasattr(kernels, "stored_forward"):
-        methods["stored"] = (kernels.stored_forward, kernels.stored_backward)
-    methods["flash"] = (kernels.flash_forward, kernels.flash_backward)
+        fp32["stored"] = (kernels.stored_forward, kernels.stored_backward)
+    fp32["flash"] = (kernels.flash_forward, kernels.flash_backward)
+    methods = {(name, "float32"): f for name, f in fp32.items()} if "float32" in dtypes else {}
+    if "float16" in dtypes:
+        methods.update({(name, "float16"): fp32[name] for name in ("stored", "flash")
+                        if name in fp32})
     return methods
 
 
@@ -96,7 +111,7 @@ def row_of(t, **shape_and_method) -> dict:
 
 
 def time_ckptlab(name, fwd, bwd, q, k, v, dO, causal, repeats):
-    """Time forward + backward of one ckptlab method; also return its fp32 outputs."""
+    """Time forward + backward of one ckptlab method; also return its outputs."""
     def step():
         _, saved = fwd(q, k, v, causal=causal)
         return bwd(dO, q, k, v, saved)
@@ -139,20 +154,22 @@ def rel(a, b) -> float:
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
-def run(ns, B, H, d, causals, repeats) -> tuple[list, list, str]:
+def run(ns, B, H, d, causals, repeats, dtypes=("float32",)) -> tuple[list, list, str]:
     """Every method at every shape: (rows, cross-check lines, a note on PyTorch)."""
     torch_api, why = load_torch()
-    methods = ckptlab_methods()
+    methods = ckptlab_methods(dtypes)
     rows, checks = [], []
     for N in ns:
         for causal in causals:
             shape = dict(B=B, H=H, N=N, d=d, causal=causal)
             q, k, v, dO = kernels.random_inputs(B, H, N, d, seed=N)
             outs = {}
-            for name, (fwd, bwd) in methods.items():
-                t, outs[name] = time_ckptlab(name, fwd, bwd, q, k, v, dO, causal, repeats)
-                rows.append(row_of(t, who="ckptlab", method=name, dtype="float32", **shape))
-                print(f"  ckptlab {name:<15} float32  N={N} causal={causal}: "
+            for (name, dtype), (fwd, bwd) in methods.items():
+                args = [x.astype(dtype, copy=False) for x in (q, k, v, dO)]  # fp16: a copy
+                t, outs[name, dtype] = time_ckptlab(name, fwd, bwd, *args[:3], args[3], causal,
+                                                    repeats)
+                rows.append(row_of(t, who="ckptlab", method=name, dtype=dtype, **shape))
+                print(f"  ckptlab {name:<15} {dtype:<8} N={N} causal={causal}: "
                       f"{fmt_seconds(t.median_s)}", flush=True)
             if torch_api is None:
                 continue
@@ -167,11 +184,11 @@ def run(ns, B, H, d, causals, repeats) -> tuple[list, list, str]:
                 print(f"  pytorch {name:<15} {dtype:<8} N={N} causal={causal}: "
                       f"{fmt_seconds(t.median_s)}", flush=True)
                 if name == "sdpa-math":
-                    for mine, o in outs.items():
+                    for (mine, mine_dtype), o in outs.items():
                         errs = ", ".join(f"{g} {rel(x, y):.1e}" for g, x, y in
                                          zip(("O", "dQ", "dK", "dV"), o, got, strict=True))
-                        checks.append(f"N={N} causal={causal} ckptlab {mine} vs SDPA math "
-                                      f"(fp32), relative error: {errs}")
+                        checks.append(f"N={N} causal={causal} ckptlab {mine} {mine_dtype} vs "
+                                      f"SDPA math (fp32), relative error: {errs}")
     return rows, checks, why or torch_note(torch_api)
 
 
@@ -225,7 +242,12 @@ def main(argv=None) -> int:
     p.add_argument("--causal", choices=("both", "yes", "no"), default="both")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--device", choices=device.TARGETS, default=None)
+    p.add_argument("--dtypes", default="float32",
+                   help=f"ckptlab's, comma-separated, from {DTYPES} (default float32)")
     a = p.parse_args(argv)
+    dtypes = [x.strip() for x in a.dtypes.split(",") if x.strip()]
+    if not dtypes or any(x not in DTYPES for x in dtypes):
+        p.error(f"--dtypes: expected a comma-separated subset of {DTYPES}, got {a.dtypes!r}")
     if a.device:
         device.use(a.device)
     causals = {"both": (False, True), "yes": (True,), "no": (False,)}[a.causal]
@@ -233,14 +255,14 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     print(f"ckptlab vs PyTorch SDPA on target {device.target()!r}: B={a.batch} H={a.heads} "
           f"d={a.d}, N={a.n}, forward + backward", flush=True)
-    rows, checks, note = run(a.n, a.batch, a.heads, a.d, causals, a.repeats)
+    rows, checks, note = run(a.n, a.batch, a.heads, a.d, causals, a.repeats, dtypes)
     write_csv(rows, out / "peer.csv")
     timer = next(r["timer"] for r in rows if "timer" in r)
     lines = ([f"ckptlab vs PyTorch SDPA, forward + backward, B={a.batch} H={a.heads} d={a.d}",
               f"timer (same for both): {timer}", note, ""] + table(rows)
              + ["", "ratios: ckptlab time / PyTorch time (> 1: ckptlab slower)"]
              + (ratios(rows) or ["(no PyTorch rows: no ratios)"])
-             + ["", "fp32 outputs against SDPA math (fp32):"] + (checks or ["(none)"]))
+             + ["", "ckptlab's outputs against SDPA math (fp32):"] + (checks or ["(none)"]))
     (out / "peer.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

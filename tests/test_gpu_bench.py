@@ -105,7 +105,7 @@ def test_ncu_refuses_a_method_this_checkout_lacks(tmp_path):
 # ------------------------------------------------------------------------- ckptlab vs PyTorch
 
 
-def run_peer(tmp_path, *blocked):
+def run_peer(tmp_path, *blocked, extra=()):
     """gpu_peer.py on the emulator at a tiny size, with some packages made unimportable."""
     code = textwrap.dedent(f"""\
         import importlib.abc, runpy, sys
@@ -116,7 +116,7 @@ def run_peer(tmp_path, *blocked):
         sys.meta_path.insert(0, Block())
         sys.argv = ["gpu_peer.py", "--out", {str(tmp_path)!r}, "--device", "emu", "--n", "17",
                     "--batch", "1", "--heads", "2", "--d", "16", "--causal", "yes",
-                    "--repeats", "2"]
+                    "--repeats", "2", *{list(extra)!r}]
         runpy.run_path({str(PEER_SCRIPT)!r}, run_name="__main__")
     """)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -141,6 +141,31 @@ def test_peer_compares_ckptlab_with_sdpa_on_the_same_inputs(tmp_path):
             for x in __import__("re").findall(r"(?:O|dQ|dK|dV) ([0-9.e+-]+)", line)]
     assert len(errs) == 4 * sum(1 for r in rows if r["who"] == "ckptlab")
     assert max(errs) < 1e-5, text
+
+
+def test_peer_times_the_tensor_core_kernels_against_sdpa_flash_in_fp16(tmp_path):
+    """--dtypes float32,float16 adds ckptlab's stored and flash in fp16 (the tensor-core
+    kernels), paired with SDPA's flash backend in fp16: the same precision."""
+    pytest.importorskip("torch", reason="PyTorch (requirements-dev) is the peer here")
+    p = run_peer(tmp_path, extra=("--dtypes", "float32,float16"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = list(csv.DictReader(open(tmp_path / "peer.csv")))
+    timed = {(r["who"], r["method"], r["dtype"]) for r in rows if r["median_s"]}
+    assert {("ckptlab", "stored", "float16"), ("ckptlab", "flash", "float16"),
+            ("ckptlab", "flash", "float32")} <= timed
+    assert ("ckptlab", "naive", "float16") not in timed  # no tensor-core naive kernel
+    text = (tmp_path / "peer.txt").read_text()
+    errs = {m: [float(x) for x in __import__("re").findall(r"(?:O|dQ|dK|dV) ([0-9.e+-]+)", line)]
+            for line in text.splitlines() if "vs SDPA math" in line
+            for m in [line.split(" ckptlab ")[1].split(" vs ")[0]]}
+    assert max(errs["flash float16"]) < 4e-3 and max(errs["flash float32"]) < 1e-5, text
+    if ("pytorch", "sdpa-flash", "float16") in timed:  # where this PyTorch runs it on a CPU
+        assert "ckptlab flash float16 / sdpa-flash float16:" in text
+
+
+def test_peer_refuses_a_dtype_it_does_not_time(tmp_path):
+    p = run_peer(tmp_path, "torch", extra=("--dtypes", "bfloat16"))
+    assert p.returncode == 2 and "--dtypes: expected a comma-separated subset" in p.stderr
 
 
 def test_peer_without_pytorch_times_ckptlab_alone(tmp_path):
