@@ -54,14 +54,19 @@ PAIRS = (
 DTYPES = ("float32", "float16")  # what --dtypes may ask of ckptlab (bf16: CuPy's untested)
 
 
-def ckptlab_methods(dtypes=("float32",)) -> dict:
-    """(name, dtype) -> (forward, backward) of the kernels this checkout has: every method in
-    fp32; stored and flash in fp16 (the wrappers pick the tensor-core kernels for 16-bit
-    inputs)."""
-    fp32 = {"naive": (kernels.naive_forward, kernels.naive_backward)}
+def ckptlab_methods() -> dict:
+    """name -> (forward, backward) of the fp32 kernels this checkout has (gpu_ncu.py too)."""
+    methods = {"naive": (kernels.naive_forward, kernels.naive_backward)}
     if hasattr(kernels, "stored_forward"):
-        fp32["stored"] = (kernels.stored_forward, kernels.stored_backward)
-    fp32["flash"] = (kernels.flash_forward, kernels.flash_backward)
+        methods["stored"] = (kernels.stored_forward, kernels.stored_backward)
+    methods["flash"] = (kernels.flash_forward, kernels.flash_backward)
+    return methods
+
+
+def timed_methods(dtypes=("float32",)) -> dict:
+    """(name, dtype) -> (forward, backward): every method in fp32; stored and flash in fp16
+    (the wrappers pick the tensor-core kernels for 16-bit inputs)."""
+    fp32 = ckptlab_methods()
     methods = {(name, "float32"): f for name, f in fp32.items()} if "float32" in dtypes else {}
     if "float16" in dtypes:
         methods.update({(name, "float16"): fp32[name] for name in ("stored", "flash")
@@ -157,7 +162,7 @@ def rel(a, b) -> float:
 def run(ns, B, H, d, causals, repeats, dtypes=("float32",)) -> tuple[list, list, str]:
     """Every method at every shape: (rows, cross-check lines, a note on PyTorch)."""
     torch_api, why = load_torch()
-    methods = ckptlab_methods(dtypes)
+    methods = timed_methods(dtypes)
     rows, checks = [], []
     for N in ns:
         for causal in causals:
