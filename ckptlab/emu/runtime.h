@@ -212,15 +212,7 @@ extern Fault g_fault;
 extern struct timespec g_t0;
 
 // ---- the running fiber, from the stack pointer ----------------------------------------------
-__attribute__((always_inline)) inline uintptr_t stack_pointer() {
-#if defined(__x86_64__)
-    uintptr_t sp;
-    asm("mov %%rsp, %0" : "=r"(sp));
-    return sp;
-#else
-    return reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
-#endif
-}
+__attribute__((always_inline)) inline uintptr_t stack_pointer() { return emu_sp(); }  // shim.h
 // The fiber running on this stack, or null outside a kernel thread (the scheduler, Python).
 __attribute__((always_inline)) inline Fiber* self() {
     const uint64_t o = stack_pointer() - g_fbase;
