@@ -6,6 +6,7 @@ computes are the kernels'."""
 import ml_dtypes
 import numpy as np
 import pytest
+from traffic_check import counted, counted_unique, inputs, modeled, modeled_unique
 
 from ckptlab import device, emu, kernels
 from ckptlab.kernels import flash_tc, table
@@ -18,34 +19,6 @@ DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 def on_the_emulator():
     with device.use("emu"), emu.settings(mode="counted"):
         yield
-
-
-def inputs(B, H, Nq, Nk, d, dtype, seed=0):
-    g = np.random.default_rng(seed)
-    return tuple(g.standard_normal(s).astype(dtype)
-                 for s in ((B, H, Nq, d), (B, H, Nk, d), (B, H, Nk, d), (B, H, Nq, d)))
-
-
-def counted(rec) -> list:
-    return [(x.kernel, {n: (a.read_bytes, a.write_bytes, a.atomic_ops, a.atomic_bytes)
-                        for n, a in x.args.items()}) for x in rec.launches]
-
-
-def modeled(launches) -> list:
-    return [(m.kernel, {n: (m.read[n], m.write[n], m.atomics[n], 4 * m.atomics[n])
-                        for n in m.read}) for m in launches]
-
-
-def counted_unique(rec) -> list:
-    return [(x.kernel, {n: (a.unique_read_bytes, a.unique_write_bytes)
-                        for n, a in x.args.items()}) for x in rec.launches]
-
-
-def modeled_unique(launches) -> list:
-    """The emulator counts an atomicAdd's address as read and written; the model apart."""
-    return [(m.kernel, {n: (m.unique_read[n] + m.unique_atomic[n],
-                            m.unique_write[n] + m.unique_atomic[n]) for n in m.read})
-            for m in launches]
 
 
 SHAPES = [  # (B, H, Nq, Nk, d, causal, dtype)

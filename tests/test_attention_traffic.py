@@ -6,6 +6,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from traffic_check import counted, inputs, modeled
 
 from ckptlab import device, emu, kernels
 from ckptlab import reference as ref
@@ -16,22 +17,6 @@ from ckptlab.measure import traffic
 def on_the_emulator():
     with device.use("emu"), emu.settings(mode="counted"):
         yield
-
-
-def inputs(B, H, Nq, Nk, d, seed=0):
-    g = np.random.default_rng(seed)
-    return tuple(g.standard_normal(s).astype(np.float32)
-                 for s in ((B, H, Nq, d), (B, H, Nk, d), (B, H, Nk, d), (B, H, Nq, d)))
-
-
-def counted(rec) -> list:
-    return [(x.kernel, {n: (a.read_bytes, a.write_bytes, a.atomic_ops, a.atomic_bytes)
-                        for n, a in x.args.items()}) for x in rec.launches]
-
-
-def modeled(launches) -> list:
-    return [(m.kernel, {n: (m.read[n], m.write[n], m.atomics[n], 4 * m.atomics[n])
-                        for n in m.read}) for m in launches]
 
 
 SHAPES = [  # (B, H, Nq, Nk, d, causal, tiles or None); d = 40, 200: tiles padded to 64, 256

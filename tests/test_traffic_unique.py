@@ -5,6 +5,7 @@ most the counted ones, for every kernel of the three methods and the lab 01 exam
 
 import numpy as np
 import pytest
+from traffic_check import counted_unique, inputs, modeled_unique
 
 from ckptlab import device, emu, kernels
 from ckptlab.measure import traffic
@@ -14,25 +15,6 @@ from ckptlab.measure import traffic
 def on_the_emulator():
     with device.use("emu"), emu.settings(mode="counted"):
         yield
-
-
-def inputs(B, H, Nq, Nk, d, seed=0):
-    g = np.random.default_rng(seed)
-    return tuple(g.standard_normal(s).astype(np.float32)
-                 for s in ((B, H, Nq, d), (B, H, Nk, d), (B, H, Nk, d), (B, H, Nq, d)))
-
-
-def counted_unique(rec) -> list:
-    return [(x.kernel, {n: (a.unique_read_bytes, a.unique_write_bytes)
-                        for n, a in x.args.items()}) for x in rec.launches]
-
-
-def modeled_unique(launches) -> list:
-    """The emulator counts an atomicAdd's address as read and as written (a read-modify-write);
-    the model keeps it apart (unique_atomic)."""
-    return [(m.kernel, {n: (m.unique_read[n] + m.unique_atomic[n],
-                            m.unique_write[n] + m.unique_atomic[n]) for n in m.read})
-            for m in launches]
 
 
 SHAPES = [  # (B, H, Nq, Nk, d, causal): tails, Nq > Nk causal (Q tiles no key sees), padded d
