@@ -31,6 +31,7 @@ BASE_FLAGS = [
     "-std=c++20", "-O2", "-g", "-fPIC", "-fvisibility=hidden",
     "-fno-strict-aliasing",        # CUDA code reinterprets float* as float4* freely
     "-fno-exceptions",
+    "-fno-plt",                    # calls into libc go straight from the caller (signals.cpp)
     "-fstack-clash-protection",    # big frames touch the guard page first: a clean overflow
     "-Wno-unused-parameter", "-Wno-unused-variable",
 ]

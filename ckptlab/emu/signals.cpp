@@ -67,6 +67,9 @@ static bool within(uintptr_t a, const char* lo, const char* hi) {
     return lo && a >= reinterpret_cast<uintptr_t>(lo) && a < reinterpret_cast<uintptr_t>(hi);
 }
 // The kernel's own code: the module's, not the runtime's (build.py renames its sections).
+// Two more kinds of code share the module's text: PLT stubs, which no launch runs (build.py
+// compiles with -fno-plt: a stop in one would name no source line), and the runtime's
+// out-of-line std::map code, which runs only under the heap lock (w->busy keeps ticks off).
 bool in_kernel_code(uintptr_t pc) {
     return pc >= g_text_lo && pc < g_text_hi &&
            !within(pc, __start_emu_runtime_text, __stop_emu_runtime_text);
