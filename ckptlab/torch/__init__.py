@@ -13,6 +13,8 @@ more than one process on PyTorch's own distributed engine.
                   NaiveAttention.apply(q, k, v, is_causal), Stanford CS336's call
     flash_attn.py flash_attn_func, _qkvpacked_func, _kvpacked_func: FlashAttention 2's interface
                   (layout, MQA / GQA, softmax_lse, S_dmask) over the flash kernels
+    flash_attn_varlen.py  flash_attn_varlen_func and its packed forms: sequences of different
+                  lengths packed along one axis (cu_seqlens), one flash call per sequence
     ledger.py     saved-tensor bytes through saved_tensors_hooks, by storage, over time
     profile.py    a ckptlab Profile of a torch chain, measured from its saved tensors
     selective.py  ckptlab's selective policies as PyTorch selective-checkpoint policies
@@ -48,6 +50,11 @@ from ckptlab.torch.flash_attn import (
     flash_attn_kvpacked_func,
     flash_attn_qkvpacked_func,
 )
+from ckptlab.torch.flash_attn_varlen import (
+    flash_attn_varlen_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+)
 from ckptlab.torch.ledger import TorchLedger
 from ckptlab.torch.profile import profile
 from ckptlab.torch.recomputing import recomputed, recomputing
@@ -57,5 +64,7 @@ from ckptlab.torch.selective import context_fn, sac_policy
 __all__ = ["METHODS", "FlashAttention", "NaiveAttention", "StoredAttention", "TorchLedger",
            "attention", "attention_with_lse", "checkpoint_sequential", "context_fn",
            "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func",
+           "flash_attn_varlen_func", "flash_attn_varlen_kvpacked_func",
+           "flash_attn_varlen_qkvpacked_func",
            "flop_counter", "make_schedule", "profile", "recomputed", "recomputing", "run_plan",
            "sac_policy"]
