@@ -19,10 +19,12 @@ comes back as (B, Nq, d), and every saved tensor is viewed back to the caller's 
 (batch, n_queries), where Stanford CS336's FlashAttention tests look for it.
 
 FlashAttention, StoredAttention and NaiveAttention are torch.autograd.Function classes with
-CS336's call, `.apply(q, k, v, is_causal=False)`: the method of their name, the default scale
-1/sqrt(d), no dropout, the atomic dQ. They run the same forward and backward as attention(),
-whose options they lack. Causal masking is aligned to the bottom-right corner, as everywhere
-in ckptlab: CS336's reference aligns it to the top-left, the same mask when Nq == Nk.
+CS336's call, `.apply(q, k, v, is_causal=False)`, which also takes the call of Triton's
+fused-attention tutorial, `.apply(q, k, v, causal, sm_scale, warp_specialize)`: the method of
+their name, the scale sm_scale (default 1/sqrt(d)), no dropout, the atomic dQ. They run the
+same forward and backward as attention(), whose other options they lack. Causal masking is
+aligned to the bottom-right corner, as everywhere in ckptlab: CS336's and Triton's references
+align it to the top-left, the same mask when Nq == Nk.
 
 Dropout follows ckptlab's Philox convention: element (b, h, i, j) keeps its value iff Philox
 word ((b*H + h)*Nq + i)*Nk + j of (seed, offset) clears the threshold (ckptlab.rng). Pass seed
@@ -149,42 +151,49 @@ class _Attention(torch.autograd.Function):
 
 
 class _Apply(torch.autograd.Function):
-    """CS336's autograd.Function call, .apply(q, k, v, is_causal=False); each subclass names
-    its method."""
+    """The autograd.Function calls of CS336, .apply(q, k, v, is_causal=False), and of Triton's
+    fused-attention tutorial, .apply(q, k, v, causal, sm_scale, warp_specialize); each
+    subclass names its method."""
 
     @staticmethod
-    def run(ctx, q, k, v, is_causal, method):
+    def run(ctx, q, k, v, is_causal, sm_scale, warp_specialize, method):
         _check(q, k, v, method, False)
-        return _forward(ctx, q, k, v, _Options(is_causal, None, 0.0, 0, 0, method, False))
+        if not isinstance(warp_specialize, bool | None):
+            raise TypeError(f"warp_specialize must be a bool, got {warp_specialize!r}")
+        return _forward(ctx, q, k, v, _Options(is_causal, sm_scale, 0.0, 0, 0, method, False))
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, dO):
-        return *_backward(ctx, dO), None
+    def backward(ctx, dO):  # None for is_causal, sm_scale, warp_specialize (extra Nones are
+        return *_backward(ctx, dO), None, None, None  # dropped for arguments not passed)
 
 
 class FlashAttention(_Apply):
-    """O = FlashAttention.apply(q, k, v, is_causal=False): method "flash" (saves O and L)."""
+    """O = FlashAttention.apply(q, k, v, is_causal=False, sm_scale=None, warp_specialize=None):
+    method "flash" (saves O and L). sm_scale None is 1/sqrt(d); warp_specialize, a scheduling
+    hint of Triton's tutorial kernel, changes nothing here."""
 
     @staticmethod
-    def forward(ctx, q, k, v, is_causal=False):
-        return _Apply.run(ctx, q, k, v, is_causal, "flash")
+    def forward(ctx, q, k, v, is_causal=False, sm_scale=None, warp_specialize=None):
+        return _Apply.run(ctx, q, k, v, is_causal, sm_scale, warp_specialize, "flash")
 
 
 class StoredAttention(_Apply):
-    """O = StoredAttention.apply(q, k, v, is_causal=False): method "stored" (saves O, L, S)."""
+    """O = StoredAttention.apply(q, k, v, is_causal=False, sm_scale=None,
+    warp_specialize=None): method "stored" (saves O, L, S)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, is_causal=False):
-        return _Apply.run(ctx, q, k, v, is_causal, "stored")
+    def forward(ctx, q, k, v, is_causal=False, sm_scale=None, warp_specialize=None):
+        return _Apply.run(ctx, q, k, v, is_causal, sm_scale, warp_specialize, "stored")
 
 
 class NaiveAttention(_Apply):
-    """O = NaiveAttention.apply(q, k, v, is_causal=False): method "naive" (saves P)."""
+    """O = NaiveAttention.apply(q, k, v, is_causal=False, sm_scale=None,
+    warp_specialize=None): method "naive" (saves P)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, is_causal=False):
-        return _Apply.run(ctx, q, k, v, is_causal, "naive")
+    def forward(ctx, q, k, v, is_causal=False, sm_scale=None, warp_specialize=None):
+        return _Apply.run(ctx, q, k, v, is_causal, sm_scale, warp_specialize, "naive")
 
 
 def _matmul_flops(shapes) -> int:
