@@ -14,6 +14,7 @@ from ckptlab.recompute.checkpoint import (
     checkpoint_sequential,
     run_plan,
 )
+from ckptlab.recompute.plan import pytorch_sequential_plan
 
 R = np.random.default_rng(3)
 D = 6
@@ -197,6 +198,33 @@ def test_checkpoint_sequential_segments_and_plans_agree():
             return checkpoint_sequential(blocks, x, **kwargs)
 
         assert bitwise_equal(plain, run(fn, X0))
+
+
+def test_pytorchs_call_runs_pytorchs_plan():
+    """checkpoint_sequential(blocks, segments, x), PyTorch's order: segments - 1 checkpointed
+    chunks of L // segments blocks, the rest plain (worked by hand), each checkpointed block
+    run twice and the others once, gradients bitwise those of no checkpointing."""
+    assert pytorch_sequential_plan(8, 3) == [Seg([0, 1]), Seg([2, 3]), 4, 5, 6, 7]
+    assert pytorch_sequential_plan(5, 1) == [0, 1, 2, 3, 4]
+    assert pytorch_sequential_plan(4, 4) == [Seg([0]), Seg([1]), Seg([2]), 3]
+    for bad in (0, 5, 2.0, True):
+        with pytest.raises(ValueError, match=r"segments: expected an int in \[1, 4\]"):
+            pytorch_sequential_plan(4, bad)
+    plain = run(chain, X0)
+    for segments, want in ((1, [1, 1, 1, 1]), (2, [2, 2, 1, 1]), (3, [2, 2, 1, 1]),
+                           (4, [2, 2, 2, 1])):
+        calls = [0] * 4
+
+        def counted(i, calls=calls):
+            def f(x):
+                calls[i] += 1
+                return block(i)(x)
+            return f
+
+        blocks = [counted(i) for i in range(4)]
+        assert bitwise_equal(plain, run(lambda x, b=blocks, s=segments:
+                                        checkpoint_sequential(b, s, x), X0))
+        assert calls == want, (segments, calls)
 
 
 def test_plans_must_cover_the_blocks_in_order():

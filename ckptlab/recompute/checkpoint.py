@@ -18,7 +18,13 @@ import numpy as np
 from ckptlab.engine import tape
 from ckptlab.engine.tape import ReplayError
 from ckptlab.engine.tensor import Tensor, make, xp_of
-from ckptlab.recompute.plan import Seg, check_plan, resolve_policy, uniform_plan
+from ckptlab.recompute.plan import (
+    Seg,
+    check_plan,
+    pytorch_sequential_plan,
+    resolve_policy,
+    uniform_plan,
+)
 
 CHECKS = ("none", "default", "value")
 
@@ -231,8 +237,14 @@ def checkpoint_sequential(blocks, x: Tensor, segments: int | None = None, plan=N
     segments=k: k uniform checkpointed segments (as torch.utils.checkpoint.checkpoint_sequential,
     except that the last segment is checkpointed too). plan: a plan (ckptlab.recompute.plan)
     or anything with a .plan (a schedules.Schedule; build one from a spec string with
-    schedules.make). Neither: no checkpointing. The options go to checkpoint()."""
+    schedules.make). Neither: no checkpointing. The options go to checkpoint().
+    PyTorch's call, checkpoint_sequential(blocks, segments, x) (an int where x goes), runs the
+    plan PyTorch runs: pytorch_sequential_plan (the last chunk not checkpointed)."""
     blocks = list(blocks)
+    if isinstance(x, int) and not isinstance(x, bool) and plan is None:  # PyTorch's order
+        return run_plan(blocks, pytorch_sequential_plan(len(blocks), x), segments,
+                        preserve_rng_state=preserve_rng_state,
+                        determinism_check=determinism_check)
     if segments is not None and plan is not None:
         raise ValueError("give segments or plan, not both")
     if segments is not None:

@@ -79,3 +79,18 @@ def uniform_plan(L: int, segments: int) -> list:
         raise ValueError(f"segments: expected an int in [1, {L}], got {segments!r}")
     edges = [round(k * L / segments) for k in range(segments + 1)]
     return [Seg(range(a, b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+
+
+def pytorch_sequential_plan(L: int, segments: int) -> list:
+    """The plan torch.utils.checkpoint.checkpoint_sequential(functions, segments, input) runs:
+    segments - 1 checkpointed chunks of L // segments blocks each, then the remaining blocks
+    run plainly (PyTorch keeps the last chunk out: its backward comes first, so recomputing it
+    would save nothing). segments = 1: no checkpoint at all."""
+    if isinstance(L, bool) or not isinstance(L, int) or L < 1:
+        raise ValueError(f"L: expected a number of blocks >= 1, got {L!r}")
+    if isinstance(segments, bool) or not isinstance(segments, int) or not 1 <= segments <= L:
+        raise ValueError(f"segments: expected an int in [1, {L}] (the number of blocks), got "
+                         f"{segments!r}")
+    size = L // segments
+    return ([Seg(range(k * size, (k + 1) * size)) for k in range(segments - 1)]
+            + list(range((segments - 1) * size, L)))
