@@ -15,6 +15,7 @@ more than one process on PyTorch's own distributed engine.
                   (layout, MQA / GQA, softmax_lse, S_dmask) over the flash kernels
     flash_attn_varlen.py  flash_attn_varlen_func and its packed forms: sequences of different
                   lengths packed along one axis (cu_seqlens), one flash call per sequence
+    bert_padding.py  unpad_input / pad_input: a padded batch to packed tokens and cu_seqlens
     ledger.py     saved-tensor bytes through saved_tensors_hooks, by storage, over time
     profile.py    a ckptlab Profile of a torch chain, measured from its saved tensors
     selective.py  ckptlab's selective policies as PyTorch selective-checkpoint policies
