@@ -180,6 +180,8 @@ def test_bad_input_gets_the_wrappers_errors():
     _no_launch(lambda: attention(q, k, v, deterministic=1), TypeError, "deterministic")
     _no_launch(lambda: attention(q, k, v, dropout_p=1.0), ValueError, "dropout_p")
     _no_launch(lambda: attention(q, k, v, scale=float("nan")), ValueError, "scale")
+    # a fifth positional value is scale in Triton's tutorial and dropout_p in SDPA: refused
+    _no_launch(lambda: attention(q, k, v, True, 0.5), TypeError, "positional argument")
 
 
 def test_dropout_seed_comes_from_torchs_generator():

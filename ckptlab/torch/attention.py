@@ -228,17 +228,19 @@ def draw_seed(dropout_p) -> int:
     return int(torch.randint(0, 2**62, ()).item()) if drawn else 0
 
 
-def attention(q, k, v, causal: bool = False, dropout_p: float = 0.0, scale: float | None = None,
-              method: str = "flash", deterministic: bool = False, seed: int | None = None,
-              offset: int = 0) -> torch.Tensor:
+def attention(q, k, v, causal: bool = False, *, dropout_p: float = 0.0,
+              scale: float | None = None, method: str = "flash", deterministic: bool = False,
+              seed: int | None = None, offset: int = 0) -> torch.Tensor:
     """O = dropout(softmax(scale Q K^T)) V with ckptlab's kernels, differentiable in q, k, v.
-    q, k, v: (B, H, N, d), or (B, N, d) for one head (O is then (B, Nq, d)).
+    q, k, v: (B, H, N, d), or (B, N, d) for one head (O is then (B, Nq, d)). Everything after
+    causal is keyword-only: a fifth positional value means scale in one API (Triton's
+    tutorial) and dropout_p in another (SDPA), so none is guessed here.
     Causal masking is aligned to the bottom-right corner when Nq != Nk (FlashAttention 2.1+);
     a row that sees no key gets O = 0."""
     return _attention(q, k, v, causal, dropout_p, scale, method, deterministic, seed, offset)
 
 
-def attention_with_lse(q, k, v, causal: bool = False, dropout_p: float = 0.0,
+def attention_with_lse(q, k, v, causal: bool = False, *, dropout_p: float = 0.0,
                        scale: float | None = None, method: str = "flash",
                        deterministic: bool = False, seed: int | None = None, offset: int = 0):
     """attention() that also returns L = logsumexp(scale Q K^T) per row, fp32, (B, H, Nq) (or
