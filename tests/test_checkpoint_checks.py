@@ -154,6 +154,20 @@ def test_non_tensor_arguments_pass_through():
     assert all(np.array_equal(a, b) for a, b in zip(grads(x), want, strict=True))
 
 
+def test_keyword_arguments_reach_fn_and_their_tensors_get_gradients():
+    """checkpoint(fn, x, k=2, mask=m): as PyTorch's non-reentrant checkpoint, keywords go to
+    fn; a Tensor among them (here the mask, requiring grad) gets its gradient, bitwise that of
+    the plain call; the recompute sees the same keywords."""
+    m = Tensor(R.standard_normal((4, 5)), requires_grad=True, param=False)
+    x = fresh()
+    block(x, m, 2, alpha=0.5).sum().backward()
+    want, dm = grads(x), m.grad.copy()
+    x, m.grad = fresh(), None
+    checkpoint(block, x, alpha=0.5, k=2, mask=m).sum().backward()
+    assert all(np.array_equal(a, b) for a, b in zip(grads(x), want, strict=True))
+    assert np.array_equal(m.grad, dm)
+
+
 def two_outputs(x, scale):
     h = ops.linear(x, W)
     return ops.relu(h), "a label", ops.tanh(h) * scale

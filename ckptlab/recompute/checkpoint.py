@@ -34,9 +34,11 @@ class DeterminismError(ReplayError):
 
 
 def checkpoint(fn, *args, preserve_rng_state: bool = True, determinism_check: str = "default",
-               policy=None):
-    """y = fn(*args), holding only the Tensor arguments (and, with a policy, the stored op
-    outputs) until the backward, where fn runs again.
+               policy=None, **kwargs):
+    """y = fn(*args, **kwargs), holding only the Tensor arguments (and, with a policy, the
+    stored op outputs) until the backward, where fn runs again. Keyword arguments go to fn, as
+    PyTorch's non-reentrant checkpoint passes them (Tensors among them get gradients like
+    positional ones); the three options here are the only names fn cannot receive.
 
     preserve_rng_state=False is the classic bug, kept for the labs: the recompute draws new
     dropout masks, so the gradient is silently wrong. determinism_check:
@@ -53,6 +55,15 @@ def checkpoint(fn, *args, preserve_rng_state: bool = True, determinism_check: st
     require grad either, so backward() through them raises, as in PyTorch."""
     if not callable(fn):
         raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
+    if kwargs:  # the keyword values become trailing positional arguments of a wrapper
+        names, n = list(kwargs), len(args)
+
+        def positional(*xs):
+            return fn(*xs[:n], **dict(zip(names, xs[n:], strict=True)))
+
+        return checkpoint(positional, *args, *kwargs.values(),
+                          preserve_rng_state=preserve_rng_state,
+                          determinism_check=determinism_check, policy=policy)
     if determinism_check not in CHECKS:
         raise ValueError(f"determinism_check: expected one of {CHECKS}, got "
                          f"{determinism_check!r}")
