@@ -86,7 +86,7 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
     """flash_attn_func on qkv (batch, seqlen, 3, nheads, headdim) = stack((q, k, v), dim=2);
     the gradient is qkv's, one tensor."""
     _refuse_unsupported(window_size, softcap, alibi_slopes)
-    _check_packed("qkv", qkv, 3, "(batch, seqlen, 3, nheads, headdim)")
+    check_packed("qkv", qkv, 3, "(batch, seqlen, 3, nheads, headdim)")
     q, k, v = qkv.unbind(dim=2)
     return _flash(q, k, v, dropout_p, softmax_scale, causal, deterministic, return_attn_probs)
 
@@ -97,7 +97,7 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
     """flash_attn_func on q and kv (batch, seqlen_k, 2, nheads_k, headdim) = stack((k, v),
     dim=2); MQA / GQA as there."""
     _refuse_unsupported(window_size, softcap, alibi_slopes)
-    _check_packed("kv", kv, 2, "(batch, seqlen_k, 2, nheads_k, headdim)")
+    check_packed("kv", kv, 2, "(batch, seqlen_k, 2, nheads_k, headdim)")
     k, v = kv.unbind(dim=2)
     _check_shapes(q, k, v)
     return _flash(q, k, v, dropout_p, softmax_scale, causal, deterministic, return_attn_probs)
@@ -121,22 +121,25 @@ def _refuse_unsupported(window_size, softcap, alibi_slopes) -> None:
                                   "kernels; pass alibi_slopes=None")
 
 
-def _check_packed(name, t, n, layout) -> None:
+def check_rank(name, t, rank: int, layout: str) -> None:
+    """t must be a torch.Tensor of `rank` dimensions; the error names the layout."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__module__}."
                         f"{type(t).__name__}")
-    if t.dim() != 5 or t.shape[2] != n:
+    if t.dim() != rank:
+        raise ValueError(f"{name} must have shape {layout} (rank {rank}), got {tuple(t.shape)}")
+
+
+def check_packed(name, t, n: int, layout: str, axis: int = 2) -> None:
+    """A packed tensor: `n` tensors stacked on `axis` (qkv: 3, kv: 2), one rank above them."""
+    check_rank(name, t, axis + 3, layout)
+    if t.shape[axis] != n:
         raise ValueError(f"{name} must have shape {layout}, got {tuple(t.shape)}")
 
 
 def _check_shapes(q, k, v) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__module__}."
-                            f"{type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(f"{name} must have shape (batch, seqlen, nheads, headdim) (rank 4), "
-                             f"got {tuple(t.shape)}")
+        check_rank(name, t, 4, "(batch, seqlen, nheads, headdim)")
     if k.shape != v.shape:
         raise ValueError(f"v must have the shape of k {tuple(k.shape)}, got {tuple(v.shape)}")
     B, _, H, d = q.shape

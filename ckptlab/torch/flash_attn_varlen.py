@@ -34,7 +34,14 @@ import operator
 
 import torch
 
-from ckptlab.torch.flash_attn import _check_shapes, _flash, _refuse_unsupported, round_multiple
+from ckptlab.torch.flash_attn import (
+    _check_shapes,
+    _flash,
+    _refuse_unsupported,
+    check_packed,
+    check_rank,
+    round_multiple,
+)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -47,13 +54,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if block_table is not None:
         raise NotImplementedError("block_table: a paged KV cache is not implemented by "
                                   "ckptlab's kernels; pass block_table=None")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__module__}."
-                            f"{type(t).__name__}")
-        if t.dim() != 3:
-            raise ValueError(f"{name} must have shape (total_{'q' if name == 'q' else 'k'}, "
-                             f"nheads, headdim) (rank 3), got {tuple(t.shape)}")
+    check_rank("q", q, 3, "(total_q, nheads, headdim)")
+    check_rank("k", k, 3, "(total_k, nheads_k, headdim)")
+    check_rank("v", v, 3, "(total_k, nheads_k, headdim)")
     _check_shapes(q[None], k[None], v[None])
     starts_q = _offsets("cu_seqlens_q", cu_seqlens_q, q.shape[0], "q")
     starts_k = _offsets("cu_seqlens_k", cu_seqlens_k, k.shape[0], "k")
@@ -103,7 +106,7 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
                                      return_attn_probs=False):
     """flash_attn_varlen_func on qkv (total, 3, nheads, headdim) = stack((q, k, v), dim=1), the
     same offsets for queries and keys; the gradient is qkv's, one tensor."""
-    _check_packed("qkv", qkv, 3, "(total, 3, nheads, headdim)")
+    check_packed("qkv", qkv, 3, "(total, 3, nheads, headdim)", axis=1)
     q, k, v = qkv.unbind(dim=1)
     return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                                   dropout_p, softmax_scale, causal, window_size, softcap,
@@ -117,7 +120,7 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                     return_attn_probs=False):
     """flash_attn_varlen_func on q and kv (total_k, 2, nheads_k, headdim) = stack((k, v),
     dim=1)."""
-    _check_packed("kv", kv, 2, "(total_k, 2, nheads_k, headdim)")
+    check_packed("kv", kv, 2, "(total_k, 2, nheads_k, headdim)", axis=1)
     k, v = kv.unbind(dim=1)
     return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                   max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
@@ -125,14 +128,6 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
 
 
 # ---- checks -------------------------------------------------------------------------------
-def _check_packed(name, t, n, layout) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__module__}."
-                        f"{type(t).__name__}")
-    if t.dim() != 4 or t.shape[1] != n:
-        raise ValueError(f"{name} must have shape {layout}, got {tuple(t.shape)}")
-
-
 def _offsets(name, cu, total: int, of: str) -> list[int]:
     """cu_seqlens as Python ints, checked: (batch_size + 1,) integers from 0 to `total`."""
     if not isinstance(cu, torch.Tensor):
