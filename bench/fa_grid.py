@@ -27,6 +27,7 @@ except ImportError:
     sys.exit(0)
 
 from ckptlab import emu
+from ckptlab.reference import causal_visible
 from ckptlab.torch import flash_attn_func
 
 GRID = dict(d=[32, 40, 59, 64, 96, 111, 128],
@@ -42,9 +43,7 @@ def reference(q, k, v, causal, mask, p, dtype):
     kk, vv = (t.to(dtype).repeat_interleave(g, dim=2) for t in (k, v))
     S = torch.einsum("bthd,bshd->bhts", q.to(dtype) / math.sqrt(q.shape[-1]), kk)
     if causal:
-        Nq, Nk = S.shape[-2:]
-        S = S.masked_fill(torch.arange(Nk)[None, :] > torch.arange(Nq)[:, None] + (Nk - Nq),
-                          -math.inf)
+        S = S.masked_fill(~torch.from_numpy(causal_visible(*S.shape[-2:])), -math.inf)
     sees = ~torch.isinf(S).all(-1, keepdim=True)
     P = torch.softmax(S.masked_fill(~sees, 0.0), dim=-1) * sees
     if mask is not None:

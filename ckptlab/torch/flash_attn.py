@@ -63,6 +63,7 @@ import torch
 import torch.nn.functional as F
 
 from ckptlab import rng
+from ckptlab.reference import causal_visible
 from ckptlab.torch.attention import attention_with_lse, draw_seed
 
 MAX_HEADDIM = 256  # flash_attn's limit, and ckptlab's kernels' (multiples of 8 up to 256)
@@ -215,9 +216,8 @@ def _s_dmask(qh, kh, scale, causal, dropout_p, seed, d):
     with torch.no_grad():
         S = scale * (qh.float() @ kh.float().transpose(-1, -2))  # (B, H, Nq, Nk) fp32
         if causal:
-            i = torch.arange(Nq, device=S.device)[:, None]
-            j = torch.arange(Nk, device=S.device)[None, :]
-            S.masked_fill_(j > i + (Nk - Nq), float("-inf"))
+            visible = torch.from_numpy(causal_visible(Nq, Nk)).to(S.device)
+            S.masked_fill_(~visible, float("-inf"))
         n = block_size_n(d, dropout_p > 0, causal, qh.device)
         block_max = torch.stack([s.amax(-1) for s in S.split(n, dim=-1)], dim=-1)
         m = torch.cummax(block_max.flip(-1), dim=-1).values.flip(-1)  # max over blocks n, n+1..
