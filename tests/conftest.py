@@ -34,11 +34,19 @@ def torch():
                                "as an independent oracle (pip install -e '.[torch]'; CI does)")
 
 
+# What an emulated test runs in unless it asks: see _target.
+DEFAULT_EMU = dict(mode="counted", race_check=True)
+COUNTED_EMU = dict(mode="counted", race_check=True)
+
+
 @pytest.fixture(autouse=True)
 def _target(request):
-    """Pin the target per test: "cuda" for gpu-marked tests, the emulator for all others."""
+    """Pin the target per test: "cuda" for gpu-marked tests, the emulator for all others. A
+    test marked `counted` (it reads byte counts, or relies on the bounds checks or the race
+    check) runs in counted mode with the race check; the others run in DEFAULT_EMU."""
     name = "cuda" if wants_gpu(request.node) else "emu"
-    with device.use(name), emu.settings(mode="counted", race_check=True):
+    emu_settings = COUNTED_EMU if request.node.get_closest_marker("counted") else DEFAULT_EMU
+    with device.use(name), emu.settings(**emu_settings):
         yield
 
 
