@@ -345,6 +345,7 @@ def test_bad_backward_input():
     assert rec.launches == []
 
 
+@pytest.mark.counted
 def test_flash_shared_memory_is_seen_by_the_emulator():
     q, k, v, dO = make_inputs(1, 1, 40, 40, 16, 9)
     with emu.record() as rec:

@@ -9,6 +9,8 @@ import pytest
 from ckptlab import device, emu
 from ckptlab.kernels import flash_tc
 
+pytestmark = pytest.mark.counted  # byte counts, bounds and race checks
+
 BF16 = ml_dtypes.bfloat16
 
 

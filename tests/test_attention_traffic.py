@@ -12,6 +12,8 @@ from ckptlab import device, emu, kernels
 from ckptlab import reference as ref
 from ckptlab.measure import traffic
 
+pytestmark = pytest.mark.counted  # byte counts, bounds and race checks
+
 
 @pytest.fixture(autouse=True, scope="module")
 def on_the_emulator():

@@ -106,7 +106,8 @@ def test_the_table_shows_each_spread_and_warns_when_rows_cannot_be_ordered():
     text = bench_checkpoint.table(apart)
     assert "1.10 [1.05-1.15] ms" in text and "2.10 [2.05-2.15] ms" in text  # median [IQR]
     assert "warning" not in text and bench_checkpoint.overlapping(apart) == []
-    assert "PyTorch twin (torch step, torch saved) not run: not asked for" in text
+    assert "PyTorch twin (torch step, torch saved) not run" in text
+    assert "torch '-' for none, sqrt: not asked for" in text
     close = apart[:2] + [_row("sqrt", [1.05e-3, 1.12e-3, 1.3e-3])]
     assert bench_checkpoint.overlapping(close) == [("none", "sqrt")]
     warning = bench_checkpoint.table(close).splitlines()[-1]

@@ -69,6 +69,7 @@ def test_check_passes_and_fails(capsys, monkeypatch):
     assert rc == 1 and "FAIL (dQ)" in out and "12 of 20 passed" in out
 
 
+@pytest.mark.slow  # the whole tour; CI runs the full tour first
 def test_tour_quick_end_to_end(tmp_path):
     """`tour --quick` as a user runs it, in a new process with no display and no MPLBACKEND:
     the three parts print, every file it lists exists and is non-empty, the PNGs are PNGs, and

@@ -24,6 +24,10 @@ KERNEL_FILES = [pytest.param(p, marks=pytest.mark.slow) if p.name.endswith("_tc.
 HAS_NVCC = shutil.which("nvcc") is not None
 needs_nvcc = pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on the PATH (NVRTC still runs)")
 BACKENDS = ["nvrtc", pytest.param("nvcc", marks=needs_nvcc)]
+# The default run compiles each CUDA-core file once, with NVRTC (what pip installs everywhere)
+# for the first arch; the other archs, and nvcc for every arch, run with the slow tests.
+ARCH_PARAMS = [arch if k == 0 else pytest.param(arch, marks=pytest.mark.slow)
+               for k, arch in enumerate(cc.ARCHS)]
 
 
 def check_records(path, records, arch):
@@ -47,13 +51,14 @@ def test_there_are_kernels():
     assert len(KERNEL_FILES) >= 4, f"no *.cu files in {KERNELS_DIR}"
 
 
-@pytest.mark.parametrize("arch", cc.ARCHS)
+@pytest.mark.parametrize("arch", ARCH_PARAMS)
 @pytest.mark.parametrize("path", KERNEL_FILES, ids=lambda p: getattr(p, "name", "none"))
 def test_kernel_file_compiles_nvrtc(path, arch):
     check_records(path, cc.compile_file(path, arch, "nvrtc"), arch)
 
 
 @needs_nvcc
+@pytest.mark.slow  # the same files through the other compiler: NVRTC checks them by default
 @pytest.mark.parametrize("arch", cc.ARCHS)
 @pytest.mark.parametrize("path", KERNEL_FILES, ids=lambda p: getattr(p, "name", "none"))
 def test_kernel_file_compiles_nvcc(path, arch):

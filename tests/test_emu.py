@@ -12,6 +12,8 @@ import pytest
 from ckptlab import device, emu
 from ckptlab.measure import traffic
 
+pytestmark = pytest.mark.counted  # byte counts, bounds and race checks
+
 TILE, ROWS_PER_BLOCK = 16, 4
 
 

@@ -8,6 +8,7 @@ import textwrap
 import uuid
 
 import numpy as np
+import pytest
 
 from ckptlab import emu
 from ckptlab.emu import build
@@ -15,6 +16,7 @@ from ckptlab.emu import build
 KERNEL = 'extern "C" __global__ void fill(float* x, float v) {{ x[threadIdx.x] = v; }} // {tag}\n'
 
 
+@pytest.mark.slow  # builds modules from scratch: 5-30 s
 def test_two_processes_building_the_same_module_at_once(tmp_path):
     tag = uuid.uuid4().hex  # a module nobody has built yet
     script = textwrap.dedent(f"""
@@ -38,6 +40,7 @@ def test_two_processes_building_the_same_module_at_once(tmp_path):
     assert not list(tmp_path.glob("tmp*"))  # no half-written leftovers
 
 
+@pytest.mark.slow  # builds modules from scratch: 5-30 s
 def test_cache_key_changes_with_the_source_and_the_options(tmp_path, monkeypatch):
     monkeypatch.setenv("CKPTLAB_CACHE_DIR", str(tmp_path))
     a = build.build_module(KERNEL.format(tag="a"), "k.cu", ["fill"], (), "fast")
@@ -47,6 +50,7 @@ def test_cache_key_changes_with_the_source_and_the_options(tmp_path, monkeypatch
     assert len({a, b, c}) == 3 and again == a
 
 
+@pytest.mark.slow  # builds modules from scratch: 5-30 s
 def test_a_header_change_rebuilds(tmp_path, monkeypatch):
     monkeypatch.setenv("CKPTLAB_CACHE_DIR", str(tmp_path / "cache"))
     inc = tmp_path / "inc"

@@ -19,6 +19,8 @@ import pytest
 from ckptlab import emu
 from ckptlab.emu import build
 
+pytestmark = pytest.mark.counted  # byte counts, bounds and race checks
+
 KERNEL = 'extern "C" __global__ void fill(float* x) {{ x[threadIdx.x] = 3.0f; }} // {tag}\n'
 OTHER_UID = 65534  # "nobody"
 USUAL_CACHE = build.cache_dir()
@@ -83,6 +85,7 @@ def test_a_cache_dir_owned_by_another_user_is_refused(tmp_path, monkeypatch):
         run(fresh())
 
 
+@pytest.mark.slow  # builds a module in a fresh cache
 def test_a_new_cache_dir_is_private(tmp_path, monkeypatch):
     cache = tmp_path / "a" / "b"
     monkeypatch.setenv("CKPTLAB_CACHE_DIR", str(cache))  # created by the build, runtime too

@@ -11,6 +11,8 @@ import pytest
 
 from ckptlab import emu
 
+pytestmark = pytest.mark.counted  # byte counts, bounds and race checks
+
 FAULTS = r"""
 extern "C" __global__ void healthy(float* x, int n) {
     __shared__ float s[64];

@@ -8,6 +8,8 @@ import pytest
 from ckptlab import emu
 from ckptlab.emu import abi, loader
 
+pytestmark = pytest.mark.counted  # byte counts, bounds and race checks
+
 
 def kernel_with(params: list[str], body: str, name: str = "k") -> emu.Kernel:
     code = (f'extern "C" __global__ void {name}({", ".join(params)}) {{ {body} }}\n')

@@ -10,6 +10,8 @@ import pytest
 
 from ckptlab import emu
 
+pytestmark = pytest.mark.counted  # byte counts, bounds and race checks
+
 PROVENANCE = r"""
 extern "C" __global__ void write_at(float* a, const float* b, long long n) {
     a[n + threadIdx.x] = 5.0f;                     // line 3: n = the distance from a to b

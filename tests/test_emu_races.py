@@ -8,6 +8,8 @@ import pytest
 
 from ckptlab import emu
 
+pytestmark = pytest.mark.counted  # byte counts, bounds and race checks
+
 # ---- races on global memory and warp-level ordering -----------------------------------------
 GLOBAL_RACES = r"""
 extern "C" __global__ void sum_without_atomics(const float* x, float* total) {

@@ -18,6 +18,8 @@ import pytest
 
 from ckptlab import emu
 
+pytestmark = pytest.mark.counted  # byte counts, bounds and race checks
+
 MODES = ["counted", "fast"]
 
 

@@ -8,6 +8,8 @@ import pytest
 
 from ckptlab import device, emu, kernels
 
+pytestmark = pytest.mark.counted  # byte counts, bounds and race checks
+
 UNIQUE = r"""
 extern "C" __global__ void read_one(const float* x, float* out) {
     out[threadIdx.x] = x[0];                       // 32 threads read the same 4 bytes

@@ -19,6 +19,8 @@ import pytest
 from ckptlab import device, emu, kernels
 from ckptlab.kernels import flash_tc
 
+pytestmark = pytest.mark.counted  # byte counts, bounds and race checks
+
 WMMA = "wmma_gemm<__nv_bfloat16>"
 MANY = 3  # more workers than this machine's 2 cores: blocks really interleave
 

@@ -9,6 +9,7 @@
 - the target conftest pins follows the `gpu` marker, whatever the checkout's folder is called.
 """
 
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -54,6 +55,7 @@ def run_pytest(args, *, blocked=(), force_cuda=False, cwd=ROOT, timeout=300):
     return subprocess.run(env_code, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow  # collects the whole suite in a new process
 def test_gpu_tests_collect_without_nbformat_and_nbclient():
     p = run_pytest(["-m", "gpu", "--collect-only", "-q", "tests"],
                    blocked=("nbformat", "nbclient"))
@@ -71,6 +73,7 @@ def test_the_notebook_file_names_what_is_missing():
     assert "nbformat is not installed" in p.stdout
 
 
+@pytest.mark.slow  # collects the whole suite in a new process
 def test_collecting_every_file_builds_nothing_on_a_detected_gpu():
     p = run_pytest(["--collect-only", "-q", "tests"], force_cuda=True)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
@@ -90,9 +93,22 @@ def test_the_cpu_suite_passes_with_a_gpu_detected():
     """Every CPU test (not gpu, not slow) with a GPU detected and CuPy refusing all use: a test
     whose data or code reached the detected target would fail here. Subprocesses the tests start
     (the CLI, notebooks) detect no GPU: that part cannot be simulated from here."""
-    p = run_pytest(["-q", "-m", "not gpu and not slow", "-x", "tests"], force_cuda=True,
-                   timeout=1200)
+    p = run_pytest(["-q", "-m", "not gpu and not slow and not notebooks", "-x", "tests"],
+                   force_cuda=True, timeout=1200)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+
+
+@pytest.mark.slow
+def test_the_default_suite_passes_without_pytorch():
+    """The README's test command on a machine without PyTorch (its venv installs none): the
+    default selection, PyTorch hidden, passes; the tests that use it report themselves skipped
+    with the reason. A test that needs PyTorch without saying so fails here."""
+    p = run_pytest(["-q", "-rs"], blocked=("torch",), timeout=1200)  # bare: the default run
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-3000:]
+    assert " passed" in p.stdout and " failed" not in p.stdout, out[-3000:]
+    if importlib.util.find_spec("torch") is not None:  # hidden here, so its tests skipped
+        assert "PyTorch is not installed" in p.stdout or "No module named 'torch'" in p.stdout
 
 
 def test_a_checkout_folder_named_gpu_keeps_cpu_tests_on_the_emulator(tmp_path):

@@ -41,9 +41,9 @@ def needs_torch(path) -> list:
                      flags=re.M):
         return []
     if importlib.util.find_spec("torch") is None:
-        return [pytest.mark.skip(reason=f"{path.name} runs PyTorch, which is not installed: "
-                                        "pip install -e '.[torch]'")]
-    return []
+        return [pytest.mark.torch, pytest.mark.skip(reason=f"{path.name} runs PyTorch, which "
+                                                    "is not installed: pip install -e '.[torch]'")]
+    return [pytest.mark.torch]
 
 
 RUNNABLE = [pytest.param(p, marks=needs_torch(p), id=p.stem) for p in NOTEBOOKS]
@@ -81,7 +81,7 @@ def execute(nb, monkeypatch) -> float:
     return time.perf_counter() - t0
 
 
-@pytest.mark.slow
+@pytest.mark.notebooks
 @pytest.mark.parametrize("path", RUNNABLE)
 def test_runs_on_the_cpu_within_budget(path, monkeypatch):
     seconds = execute(nbformat.read(path, as_version=4), monkeypatch)
@@ -89,7 +89,7 @@ def test_runs_on_the_cpu_within_budget(path, monkeypatch):
     assert seconds < BUDGET_S, f"{path.name} took {seconds:.1f} s (budget {BUDGET_S:.0f} s)"
 
 
-@pytest.mark.slow
+@pytest.mark.notebooks
 @pytest.mark.parametrize("path", RUNNABLE)
 def test_worked_solutions_are_right_in_the_notebook(path, monkeypatch):
     """`answer_k = ...` becomes `answer_k = SOL.answer_k` and a function whose body is

@@ -11,7 +11,7 @@ Also: the saved set seen by saved_tensors_hooks, the errors, the dropout seed's 
 
 import numpy as np
 import pytest
-from torch_oracle import FLOOR, TOL, oracle, rel, torch  # skips this module without PyTorch
+from torch_oracle import FLOOR, TOL, lse_slack, oracle, rel, torch  # skips without PyTorch
 
 from ckptlab import emu, kernels
 from ckptlab.torch import METHODS, attention
@@ -53,6 +53,11 @@ def test_gradients_match_pytorch_float64(c, method):
     got = grads_of(lambda *a: attention(*a, method=method, **kw), q, k, v, dO)
     truth = grads_of(lambda *a: oracle(*a, **kw), *(t.double() for t in (q, k, v, dO)))
     fp32 = grads_of(lambda *a: oracle(*a, **kw), q, k, v, dO)
+    # stored and flash form P = exp(S - L) in the backward: L's rounding is theirs alone
+    slack = {"O": 0.0, "dQ": 0.0, "dK": 0.0, "dV": 0.0}
+    if method != "naive":
+        slack.update(dQ=lse_slack(q, k, causal), dK=lse_slack(q, k, causal),
+                     dV=lse_slack(q, k, causal))
     for name, x, t, t32 in zip(("O", "dQ", "dK", "dV"), (got[0], *got[1]),
                                (truth[0], *truth[1]), (fp32[0], *fp32[1]), strict=True):
         assert torch.isfinite(x).all(), f"{method} {name}: NaN (an element nobody wrote)"
@@ -61,7 +66,8 @@ def test_gradients_match_pytorch_float64(c, method):
             continue
         err, err32 = rel(x, t), rel(t32, t)
         assert err <= TOL, f"{method} {name}: relative error {err:.2e} > {TOL}"
-        assert err <= 2 * err32 + FLOOR, f"{method} {name}: {err:.2e} > 2x fp32's {err32:.2e}"
+        assert err <= 2 * err32 + FLOOR + slack[name], \
+            f"{method} {name}: {err:.2e} > 2x fp32's {err32:.2e} + {slack[name]:.1e} (L's rounding)"
 
 
 @pytest.mark.parametrize("causal,p", [(False, 0.0), (True, 0.3)])

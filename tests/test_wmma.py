@@ -228,6 +228,7 @@ def test_layout_dependent_code_is_wrong_on_the_emulator():
     assert sorted(D.ravel()) == sorted(C.ravel())  # the same numbers, in other places
 
 
+@pytest.mark.counted
 @pytest.mark.parametrize("ctype", ["__half", "__nv_bfloat16", "float"])
 @pytest.mark.parametrize("M,N,K", [(1, 1, 1), (16, 16, 16), (33, 40, 50), (100, 17, 129)])
 def test_wmma_gemm_matches_and_counts_exactly(ctype, M, N, K):

@@ -11,6 +11,8 @@ import pytest
 
 from ckptlab import emu
 
+pytestmark = pytest.mark.counted  # byte counts, bounds and race checks
+
 FAULTS = r"""#include <mma.h>
 using namespace nvcuda;
 typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> FragA;

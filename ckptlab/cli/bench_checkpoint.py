@@ -95,16 +95,18 @@ def _torch_run(stages, plan, x):
 def torch_step(m, x, y, sched, prof):
     """(step function, saved-tensor peak) of the PyTorch twin under the same plan, or
     (None, reason) where it cannot run."""
-    try:
-        import torch
-    except ImportError:
-        return None, "PyTorch is not installed"
-    if device.target() != "emu":
-        return None, "the PyTorch twin runs on the CPU only"
+    # What the schedule asks that the twin cannot do comes first: it holds with or without
+    # PyTorch installed, so the table gives the same reason on every machine.
     if any(isinstance(i, Seg) and i.policy for i in sched.plan):
         return None, "keep(...) needs non-reentrant checkpoint"
     if sched.recompute_ops:
         return None, "the twin does not recompute inside an op"
+    if device.target() != "emu":
+        return None, "the PyTorch twin runs on the CPU only"
+    try:
+        import torch
+    except ImportError:
+        return None, "PyTorch is not installed"
     engine.manual_seed(0)
     stages, params = models.torch_stages(m, y)
     plan = sched.full_plan(prof)
@@ -298,11 +300,8 @@ def torch_notes(rows: list[dict], with_torch: bool) -> list[str]:
     for r in rows:
         if "torch_note" in r:
             reasons.setdefault(r["torch_note"], []).append(r["schedule"])
-    if not reasons:
-        return []
-    if not with_torch:
-        return ["PyTorch twin (torch step, torch saved) not run: " + "; ".join(reasons)]
-    return [f"torch '-' for {', '.join(names)}: {why}" for why, names in reasons.items()]
+    head = [] if with_torch or not reasons else ["PyTorch twin (torch step, torch saved) not run"]
+    return head + [f"torch '-' for {', '.join(names)}: {why}" for why, names in reasons.items()]
 
 
 def main(argv=None) -> int:

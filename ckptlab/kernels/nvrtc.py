@@ -11,7 +11,9 @@ is on the PATH). `python -m ckptlab kernels` prints the table (ckptlab.cli.kerne
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
+import json
 import os
 import re
 import shutil
@@ -21,6 +23,7 @@ import time
 from pathlib import Path
 
 from ckptlab.device import KERNELS_DIR
+from ckptlab.emu.cache import cache_dir
 from ckptlab.kernels.table import instantiations as launched
 
 ARCHS = ("sm_80", "sm_90")
@@ -253,6 +256,40 @@ def _pick_backend(backend):
 
 def compile_file(path, arch: str = "sm_90", backend: str | None = None,
                  instantiations=None, defines=None) -> list[dict]:
+    """compile_records, kept on disk (the emulator's cache folder, ptxas-records/) under a hash
+    of everything the result depends on: the file, every header beside it, the arch, the
+    compiler and its version, the options, the instantiations and the defines. A changed source,
+    header or compiler compiles again; a failed compile is never kept. Records read back carry
+    the compile_s of the compile that made them."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"path: expected an existing .cu file, got {str(path)!r}")
+    picked = _pick_backend(backend)
+    label = (f"nvrtc {_nvrtc()[1]} ({_nvrtc()[0]})" if picked == "nvrtc"
+             else f"nvcc {_nvcc_version(shutil.which('nvcc'))}")
+    h = hashlib.sha256()
+    for f in [path, *sorted(p for p in path.resolve().parent.iterdir()
+                            if p.suffix in (".cuh", ".h") and p.is_file())]:
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    names = launched(path.name) if instantiations is None else list(instantiations)
+    h.update(repr((arch, label, names, sorted(dict(defines or {}).items()),
+                   _cuda_include_dirs() if picked == "nvrtc" else ())).encode())
+    kept = cache_dir() / "ptxas-records" / f"{path.name}-{arch}-{h.hexdigest()[:20]}.json"
+    if kept.is_file():
+        try:
+            return json.loads(kept.read_text())
+        except (OSError, ValueError):
+            pass  # unreadable: compile again and write it anew
+    records = compile_records(path, arch, picked, instantiations, defines)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    tmp = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(records))
+    os.replace(tmp, kept)  # whole or not at all, for a concurrent reader
+    return records
+
+
+def compile_records(path, arch: str = "sm_90", backend: str | None = None,
+                    instantiations=None, defines=None) -> list[dict]:
     """Compile one .cu file to a cubin for `arch` and return ptxas' records for its functions,
     each with file, kernel (demangled), backend ("nvrtc 12.9 (cuda.bindings.nvrtc)", "nvcc
     13.0") and compile_s (the whole file's wall time). Raises CompileError with the log.
