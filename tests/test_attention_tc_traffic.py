@@ -12,6 +12,8 @@ from ckptlab import device, emu, kernels
 from ckptlab.kernels import flash_tc, table
 from ckptlab.measure import traffic, traffic_tc
 
+pytestmark = pytest.mark.counted  # every test here reads byte counts
+
 DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 
 

@@ -11,6 +11,8 @@ from traffic_check import counted, inputs, modeled
 from ckptlab import device, emu, kernels
 from ckptlab.measure import traffic
 
+pytestmark = pytest.mark.counted  # every test here reads byte counts
+
 
 @pytest.fixture(autouse=True, scope="module")
 def on_the_emulator():

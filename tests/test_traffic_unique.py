@@ -10,6 +10,8 @@ from traffic_check import counted_unique, inputs, modeled_unique
 from ckptlab import device, emu, kernels
 from ckptlab.measure import traffic
 
+pytestmark = pytest.mark.counted  # every test here reads byte counts
+
 
 @pytest.fixture(autouse=True, scope="module")
 def on_the_emulator():
