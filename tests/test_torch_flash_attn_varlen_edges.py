@@ -8,7 +8,6 @@ multiples of 128, each sequence's block in its top-left corner."""
 import pytest
 
 from ckptlab import emu
-from ckptlab.torch import flash_attn_func, flash_attn_varlen_func
 
 
 def offsets(torch, lengths):
@@ -25,6 +24,8 @@ def packed(torch, lengths, H, d, dtype, seed):
 def test_a_query_that_sees_no_key_has_softmax_lse_plus_inf(torch):
     """Sequence 0 has no keys; sequence 1 is causal with 6 queries and 2 keys, so its first 4
     rows (bottom-right aligned) see none. Every such row: out 0, lse +inf, no gradient."""
+    from ckptlab.torch import flash_attn_varlen_func  # after the torch fixture: it needs PyTorch
+
     lengths = [(4, 0), (6, 2), (3, 5)]
     q, k, v = packed(torch, lengths, 2, 16, torch.float32, seed=1)
     cu_q, cu_k = offsets(torch, [a for a, _ in lengths]), offsets(torch, [b for _, b in lengths])
@@ -46,6 +47,8 @@ def test_s_dmask_when_max_seqlen_q_and_k_round_to_different_multiples(torch, dty
     """max_seqlen_q = 130 (-> 256 rows) against max_seqlen_k = 20 (-> 128 columns), and the
     other way round: the shape, each sequence's block equal to flash_attn_func's bit for bit
     (the same dropout seeds, drawn in the same order), zeros elsewhere."""
+    from ckptlab.torch import flash_attn_func, flash_attn_varlen_func
+
     tdtype = getattr(torch, dtype)
     for lengths, shape in (([(130, 20), (3, 7)], (256, 128)), ([(20, 130), (7, 3)], (128, 256))):
         q, k, v = packed(torch, lengths, 2, 16, tdtype, seed=2)
