@@ -125,23 +125,20 @@ def _kernel(name, read, write=None, atomics=None, flops=0, recompute=0, unique=N
 
 
 def visible_pairs(Nq: int, Nk: int, causal: bool) -> int:
-    """Number of (i, j) with query i seeing key j: Nq*Nk, or (causal, bottom-right aligned)
-    with j <= i + Nk - Nq. Query i sees i + Nk - Nq + 1 keys when that is positive (never more
-    than Nk, since i < Nq): the rows from max(0, Nq - Nk) on see 1, 2, ... up to Nk keys, an
-    arithmetic series."""
+    """Number of (i, j) with query i seeing key j: Nq*Nk, or (causal) j <= i + Nk - Nq: rows
+    max(0, Nq - Nk) .. Nq - 1 see one key more each, up to Nk: an arithmetic series."""
     if not causal:
         return Nq * Nk
-    first = max(0, Nq - Nk)  # the first query row that sees a key
-    n = Nq - first  # rows that see keys: row first sees first + Nk - Nq + 1 keys, the last Nk
+    first = max(0, Nq - Nk)  # the first query row that sees a key: first + Nk - Nq + 1 of them
+    n = Nq - first  # rows that see keys; the last sees Nk
     return (first + Nk - Nq + 1 + Nk) * n // 2
 
 
 @dataclass(frozen=True)
 class TilePairs:
-    """The (Q tile, K/V tile) pairs a fused kernel visits, summed over all of them: how many,
-    and the Q rows (min(Br, Nq - q0): the tail tile is short) and K/V rows (min(Bc, Nk - k0))
-    that they load. A kernel that loops over Q tiles per K/V tile reads `rows` rows of Q, dO,
-    L and D; one that loops over K/V tiles reads `cols` rows of K and V."""
+    """The (Q tile, K/V tile) pairs a fused kernel visits, summed: how many, the Q rows they
+    load (min(Br, Nq - q0) each: Q, dO, L, D in dK/dV) and the K/V rows (min(Bc, Nk - k0) each:
+    K, V in the forward and the dQ kernel)."""
 
     count: int
     rows: int
@@ -149,10 +146,9 @@ class TilePairs:
 
 
 def floor_sum(n: int, m: int, a: int, b: int) -> int:
-    """sum(floor((a*i + b) / m) for i in range(n)) for a, b >= 0, m >= 1, in O(log m) steps:
-    take out the whole parts of a/m and b/m, then swap the roles of the two axes of the lattice
-    points under the line y = (a*x + b)/m (the Euclidean-like recursion of the AtCoder
-    Library's floor_sum, atcoder/math.hpp)."""
+    """sum(floor((a*i + b) / m) for i in range(n)), a, b >= 0, m >= 1, in O(log m) steps: take
+    out the whole parts of a/m and b/m, then swap the axes of the lattice points under the line
+    y = (a*x + b)/m (the recursion of the AtCoder Library's floor_sum, atcoder/math.hpp)."""
     total = 0
     while n > 0:
         total += (a // m) * n * (n - 1) // 2 + (b // m) * n
@@ -165,14 +161,11 @@ def floor_sum(n: int, m: int, a: int, b: int) -> int:
 
 
 def tile_pairs(Nq: int, Nk: int, Br: int, Bc: int, causal: bool) -> TilePairs:
-    """The (Q tile, K/V tile) pairs a fused kernel visits: all Tr * Tc of them, or (causal)
-    those whose key tile starts at or before the last key that the Q tile's last row sees,
-    q0 + rows - 1 + Nk - Nq. In closed form, O(log) whatever the size: Q tile t (full, rows
-    t*Br .. t*Br + Br - 1) visits n_t = clamp(floor((t*Br + c) / Bc) + 1, 0, Tc) key tiles,
-    c = Br - 1 + Nk - Nq, nondecreasing in t: none up to tile lo, all Tc from tile hi on (and
-    the tail Q tile, whose last row is Nq - 1, sees key Nk - 1: all of them), and in between
-    a floor sum, each visited key tile a full Bc (a short tail key tile only comes with n = Tc).
-    """
+    """The (Q tile, K/V tile) pairs a fused kernel visits: all Tr * Tc, or (causal) those whose
+    key tile starts at or before the last key the Q tile's last row sees. Closed form, O(log N):
+    full Q tile t visits n_t = clamp(floor((t*Br + c) / Bc) + 1, 0, Tc) key tiles, c = Br - 1 +
+    Nk - Nq, nondecreasing in t: none before tile lo, all from tile hi on, a floor sum between
+    (each visited key tile a full Bc there); the tail Q tile sees key Nk - 1, so all Tc."""
     Tr, Tc = -(-Nq // Br), -(-Nk // Bc)
     if not causal:
         return TilePairs(Tr * Tc, Nq * Tc, Tr * Nk)
