@@ -36,6 +36,18 @@
 // entry are skipped (as in the forward). A row that sees no key has L = +inf, P = 0, D = 0 and
 // gets dQ = 0.
 //
+// Precision (fp32; relative Frobenius error against float64 on the emulator, next to the naive
+// kernels on the same inputs: tests/test_attention_precision.py). dP_ij = dO_i . V_j is summed
+// in DOT_WAYS interleaved partial sums (row_dot_split): with one running sum over the head dim,
+// dQ was 1.04-1.11x the naive kernels' error and dK 0.97-1.05x (means over 5 seeds of 4 shapes
+// at d = 128 and 256); now 0.88-0.95x and 0.84-0.92x (at most 0.99x on any one seed), for the
+// same multiply-adds. S_ij keeps the forward's column order (row_dot): L was formed from
+// exactly those S, and stored reads them back. Two costs stay, both FlashAttention's design:
+// P = exp(S - L) with L rounded to fp32, so the P_ij of row i share a relative error of up to
+// 2^-24 |L_i| (with softmax_scale = 1, L reaches 45-64 at d = 128-256, and dQ, dK are
+// 1.03-1.05x the naive kernels' error); and D from the rounded O, not rowsum(P * dP) as the
+// naive kernels sum it, which would take a second pass over the row's keys.
+//
 // Global bytes per (b, h) (exact formulas in ckptlab/measure/traffic.py): preprocess reads O,
 // dO (Nq*d each), writes D (Nq) [and dQ (Nq*d) zeros]. dkdv reads K, V once (Nk*d each), and
 // Q, dO (rows*d), L, D (rows) for every visited (Q tile, K/V tile) pair, writes dK, dV (Nk*d
@@ -45,12 +57,30 @@
 // its deterministic dkdv no K (they only served S = Q K^T, and K the atomic dQ).
 #include "common.cuh"
 
-// a . b over the Dt columns of two shared-memory rows (the padded columns are 0)
+#define DOT_WAYS 8  // partial sums of dP_ij = dO_i . V_j (row_dot_split)
+
+// a . b over the Dt columns of two shared-memory rows (the padded columns are 0), summed in
+// column order: the forward's order for S_ij, which the backward must reproduce bit for bit
 template <int Dt>
 __device__ __forceinline__ float row_dot(const float* a, const float* b) {
     float s = 0.0f;
     for (int k = 0; k < Dt; ++k) s += a[k] * b[k];
     return s;
+}
+
+// a . b as DOT_WAYS interleaved partial sums (columns w, w + DOT_WAYS, ...) added pairwise at
+// the end: each partial sum is DOT_WAYS times shorter, so its rounding error grows that much
+// less with the head dim. The same multiply-adds as row_dot; used for dP = dO V^T, whose error
+// (unlike S's) nothing ties to the forward (see the header: measured against float64)
+template <int Dt>
+__device__ __forceinline__ float row_dot_split(const float* a, const float* b) {
+    static_assert(Dt % DOT_WAYS == 0, "tile head dim: a multiple of DOT_WAYS");
+    float part[DOT_WAYS] = {};
+    for (int k = 0; k < Dt; k += DOT_WAYS)
+        for (int w = 0; w < DOT_WAYS; ++w) part[w] += a[k + w] * b[k + w];
+    for (int n = DOT_WAYS / 2; n > 0; n /= 2)
+        for (int w = 0; w < n; ++w) part[w] += part[w + n];
+    return part[0];
 }
 
 // D_i = sum_c dO_ic O_ic, one warp per row of the flattened (B*H*Nq, d) arrays; unless
@@ -128,7 +158,7 @@ __global__ void __launch_bounds__(Bc * LANES) attn_flash_bwd_dkdv(const float* Q
             // S_ij: read back (stored; this thread's own entry of the staged tile), or
             // recomputed (flash): S_ij = scale q_i . k_j
             const float s = STORED ? Pds[ii][y] : scale * row_dot<Dt>(Qs[ii], Ks[y]);
-            const float dpd = row_dot<Dt>(dOs[ii], Vs[y]);  // (dO V^T)_ij
+            const float dpd = row_dot_split<Dt>(dOs[ii], Vs[y]);  // (dO V^T)_ij
             const float p = visible(i, j, Nq, Nk, causal) ? expf(s - Ls[ii]) : 0.0f;  // P_ij = exp(S_ij - L_i)
             const float z = p > 0.0f ? dropout_factor(drop, (bh * Nq + i) * Nk + j) : 0.0f;
             Pds[ii][y] = p * z;
@@ -222,7 +252,7 @@ __global__ void __launch_bounds__(Br * LANES) attn_flash_bwd_dq(const float* Q, 
             const int jj = lane + c * LANES, j = k0 + jj;
             // the same sums, in the same order, as attn_flash_bwd_dkdv
             const float s = STORED ? dSs[r][jj] : scale * row_dot<Dt>(Qs[r], Ks[jj]);  // S_ij
-            const float dpd = row_dot<Dt>(dOs[r], Vs[jj]);  // (dO V^T)_ij
+            const float dpd = row_dot_split<Dt>(dOs[r], Vs[jj]);  // (dO V^T)_ij
             const float p = visible(i, j, Nq, Nk, causal) ? expf(s - Ls[r]) : 0.0f;  // P_ij = exp(S_ij - L_i)
             const float z = p > 0.0f ? dropout_factor(drop, (bh * Nq + i) * Nk + j) : 0.0f;
             dSs[r][jj] = p * (dpd * z - Ds[r]);  // dS_ij = P_ij (dP_ij - D_i)

@@ -9,7 +9,6 @@ import pytest
 from traffic_check import counted, inputs, modeled
 
 from ckptlab import device, emu, kernels
-from ckptlab import reference as ref
 from ckptlab.measure import traffic
 
 pytestmark = pytest.mark.counted  # byte counts, bounds and race checks
@@ -112,22 +111,6 @@ def test_growth_with_n():
     assert 1.9 <= slope(ns, naive_bytes) <= 2.05
     assert slope(ns, naive_saved) == pytest.approx(2.0, abs=1e-9)
     assert slope(ns, flash_saved) == pytest.approx(1.0, abs=1e-9)
-
-
-def test_visible_pairs_and_tile_pairs():
-    """The causal counts against a brute-force mask; tile pairs cover every visible pair."""
-    for Nq, Nk in ((1, 1), (17, 40), (40, 17), (64, 64), (100, 3)):
-        mask = ref.causal_visible(Nq, Nk)
-        assert traffic.visible_pairs(Nq, Nk, True) == mask.sum()
-        assert traffic.visible_pairs(Nq, Nk, False) == Nq * Nk
-        for Br, Bc in ((16, 8), (32, 32), (8, 64)):
-            covered = sum(r * c for r, c in traffic.tile_pairs(Nq, Nk, Br, Bc, True))
-            visited = np.zeros((Nq, Nk), bool)  # the tiles that the pairs stand for
-            for q0 in range(0, Nq, Br):
-                last = min(q0 + Br, Nq) - 1 + Nk - Nq
-                for k0 in range(0, Nk, Bc):
-                    visited[q0:q0 + Br, k0:k0 + Bc] = k0 <= last
-            assert covered == visited.sum() and not (mask & ~visited).any()
 
 
 def test_flops():

@@ -125,24 +125,59 @@ def _kernel(name, read, write=None, atomics=None, flops=0, recompute=0, unique=N
 
 
 def visible_pairs(Nq: int, Nk: int, causal: bool) -> int:
-    """Number of (i, j) with query i seeing key j: Nq*Nk, or with j <= i + Nk - Nq."""
+    """Number of (i, j) with query i seeing key j: Nq*Nk, or (causal) j <= i + Nk - Nq: rows
+    max(0, Nq - Nk) .. Nq - 1 see one key more each, up to Nk: an arithmetic series."""
     if not causal:
         return Nq * Nk
-    return sum(max(0, min(Nk, i + Nk - Nq + 1)) for i in range(Nq))
+    first = max(0, Nq - Nk)  # the first query row that sees a key: first + Nk - Nq + 1 of them
+    n = Nq - first  # rows that see keys; the last sees Nk
+    return (first + Nk - Nq + 1 + Nk) * n // 2
 
 
-def tile_pairs(Nq: int, Nk: int, Br: int, Bc: int, causal: bool) -> list:
-    """(rows, cols) of every (Q tile, K/V tile) pair a fused kernel visits: all of them, or
-    (causal) those whose key tile starts at or before the last key the Q tile's last row sees.
-    rows = min(Br, Nq - q0) and cols = min(Bc, Nk - k0) handle the tails."""
-    pairs = []
-    for q0 in range(0, Nq, Br):
-        last_key = min(q0 + Br, Nq) - 1 + Nk - Nq
-        for k0 in range(0, Nk, Bc):
-            if causal and k0 > last_key:
-                break
-            pairs.append((min(Br, Nq - q0), min(Bc, Nk - k0)))
-    return pairs
+@dataclass(frozen=True)
+class TilePairs:
+    """The (Q tile, K/V tile) pairs a fused kernel visits, summed: how many, the Q rows they
+    load (min(Br, Nq - q0) each: Q, dO, L, D in dK/dV) and the K/V rows (min(Bc, Nk - k0) each:
+    K, V in the forward and the dQ kernel)."""
+
+    count: int
+    rows: int
+    cols: int
+
+
+def floor_sum(n: int, m: int, a: int, b: int) -> int:
+    """sum(floor((a*i + b) / m) for i in range(n)), a, b >= 0, m >= 1, in O(log m) steps: take
+    out the whole parts of a/m and b/m, then swap the axes of the lattice points under the line
+    y = (a*x + b)/m (the recursion of the AtCoder Library's floor_sum, atcoder/math.hpp)."""
+    total = 0
+    while n > 0:
+        total += (a // m) * n * (n - 1) // 2 + (b // m) * n
+        a, b = a % m, b % m
+        y_max = a * n + b  # the line at x = n, below m: no lattice points left
+        if y_max < m:
+            break
+        n, b, m, a = y_max // m, y_max % m, a, m
+    return total
+
+
+def tile_pairs(Nq: int, Nk: int, Br: int, Bc: int, causal: bool) -> TilePairs:
+    """The (Q tile, K/V tile) pairs a fused kernel visits: all Tr * Tc, or (causal) those whose
+    key tile starts at or before the last key the Q tile's last row sees. Closed form, O(log N):
+    full Q tile t visits n_t = clamp(floor((t*Br + c) / Bc) + 1, 0, Tc) key tiles, c = Br - 1 +
+    Nk - Nq, nondecreasing in t: none before tile lo, all from tile hi on, a floor sum between
+    (each visited key tile a full Bc there); the tail Q tile sees key Nk - 1, so all Tc."""
+    Tr, Tc = -(-Nq // Br), -(-Nk // Bc)
+    if not causal:
+        return TilePairs(Tr * Tc, Nq * Tc, Tr * Nk)
+    full, tail = Nq // Br, Nq % Br  # full Q tiles, rows of the tail Q tile
+    c = Br - 1 + Nk - Nq
+    lo = min(full, max(0, -(c // Br)))  # tiles t < lo: t*Br + c < 0, no key
+    hi = min(full, max(lo, -(-((Tc - 1) * Bc - c) // Br)))  # t >= hi: t*Br + c >= (Tc-1)*Bc
+    partial = floor_sum(hi - lo, Bc, Br, lo * Br + c) + (hi - lo)  # sum of n_t, lo <= t < hi
+    count = partial + (full - hi) * Tc + (Tc if tail else 0)
+    rows = Br * (partial + (full - hi) * Tc) + tail * Tc
+    cols = Bc * partial + Nk * (full - hi + (1 if tail else 0))
+    return TilePairs(count, rows, cols)
 
 
 def first_seen_row(Nq: int, Nk: int, Br: int, causal: bool) -> int:
@@ -206,14 +241,14 @@ def _fused_forward(B, H, Nq, Nk, d, causal, Br, Bc, stored) -> list:
     tile (4 Br Bc Dt FLOPs: S and P V)."""
     Br, Bc = (Br, Bc) if Br and Bc else fwd_tiles(d)
     Dt, pairs, w = tile_head_dim(d), tile_pairs(Nq, Nk, Br, Bc, causal), BYTES * B * H
-    kv = sum(cols for _, cols in pairs) * d
+    kv = pairs.cols * d
     s = w * visible_pairs(Nq, Nk, causal) if stored else 0
     read = {"Q": w * Nq * d, "K": w * kv, "V": w * kv}
     write = {"O": w * Nq * d, "L": w * Nq, "S": s}
     # K, V: the last Q tile's last row sees key Nk - 1, so some tile loads every row
     unique = ({"Q": w * Nq * d, "K": w * Nk * d, "V": w * Nk * d}, write, {})
     return [_kernel(fwd_name(d, Br, Bc, stored), read, write,
-                    flops=B * H * len(pairs) * 4 * Br * Bc * Dt, unique=unique)]
+                    flops=B * H * pairs.count * 4 * Br * Bc * Dt, unique=unique)]
 
 
 def _fused_backward(B, H, Nq, Nk, d, causal, deterministic, Br, Bc, stored) -> list:
@@ -222,9 +257,9 @@ def _fused_backward(B, H, Nq, Nk, d, causal, deterministic, Br, Bc, stored) -> l
     Br, Bc = (Br, Bc) if Br and Bc else bwd_tiles(d)
     Dt, atomic = tile_head_dim(d), not deterministic  # atomic: dQ += in the dK/dV kernel
     pairs = tile_pairs(Nq, Nk, Br, Bc, causal)
-    q_rows = sum(rows for rows, _ in pairs)  # Q rows read by dkdv, over all tile pairs
-    kv_cols = sum(cols for _, cols in pairs)  # K/V rows read by dq, over all tile pairs
-    tiles = len(pairs) * Br * Bc * Dt  # multiply-adds of one whole-tile product, all pairs
+    q_rows = pairs.rows  # Q rows read by dkdv, over all tile pairs
+    kv_cols = pairs.cols  # K/V rows read by dq, over all tile pairs
+    tiles = pairs.count * Br * Bc * Dt  # multiply-adds of one whole-tile product, all pairs
     w, BH = BYTES * B * H, B * H
     s = w * visible_pairs(Nq, Nk, causal) if stored else 0  # S: each visible entry, once
     seen = Nq - first_seen_row(Nq, Nk, Br, causal)  # Q rows in some visited pair (dkdv)

@@ -43,14 +43,14 @@ def tc_forward_traffic(method, B, H, Nq, Nk, d, causal=False, dtype="bfloat16",
     stored, ctype, Dt = _setup(method, dtype, d)
     Br, Bc = tiles or TC_FWD_TILES[Dt]
     pairs, e, BH = tile_pairs(Nq, Nk, Br, Bc, causal), 2, B * H
-    kv = sum(cols for _, cols in pairs) * d
+    kv = pairs.cols * d
     S = BYTES * BH * visible_pairs(Nq, Nk, causal) if stored else 0
     name = tc_names(ctype, Dt, fwd=(Br, Bc))[f"fwd_{method}"]
     write = {"O": e * BH * Nq * d, "L": BYTES * BH * Nq, "S": S}
     # unique: the last Q tile's last row sees key Nk - 1, so some tile loads every K, V row
     unique = ({"Q": e * BH * Nq * d, "K": e * BH * Nk * d, "V": e * BH * Nk * d}, write, {})
     return [_kernel(name, {"Q": e * BH * Nq * d, "K": e * BH * kv, "V": e * BH * kv}, write,
-                    flops=BH * len(pairs) * 2 * (2 * Br * Bc * Dt), unique=unique)]
+                    flops=BH * pairs.count * 2 * (2 * Br * Bc * Dt), unique=unique)]
 
 
 def tc_backward_traffic(method, B, H, Nq, Nk, d, causal=False, deterministic=False,
@@ -62,9 +62,9 @@ def tc_backward_traffic(method, B, H, Nq, Nk, d, causal=False, deterministic=Fal
     names = tc_names(ctype, Dt, bwd=(Br, Bc))
     atomic, e, BH, w = not deterministic, 2, B * H, BYTES * B * H
     pairs = tile_pairs(Nq, Nk, Br, Bc, causal)
-    q_rows = sum(rows for rows, _ in pairs)  # Q, dO, L, D rows read by dkdv over all pairs
-    kv_cols = sum(cols for _, cols in pairs)  # K, V rows read by dq over all pairs
-    block = BH * len(pairs) * 2 * Br * Bc * Dt  # one whole-tile product over all pairs
+    q_rows = pairs.rows  # Q, dO, L, D rows read by dkdv over all pairs
+    kv_cols = pairs.cols  # K, V rows read by dq over all pairs
+    block = BH * pairs.count * 2 * Br * Bc * Dt  # one whole-tile product over all pairs
     S = w * visible_pairs(Nq, Nk, causal) if stored else 0  # each kernel reads S once
     seen = Nq - first_seen_row(Nq, Nk, Br, causal)  # Q rows in some visited pair (dkdv)
     out = [_kernel(names["preprocess"], {"O": e * BH * Nq * d, "dO": e * BH * Nq * d, "D": 0},
