@@ -17,6 +17,12 @@ from ckptlab import device, emu, kernels
 from ckptlab import reference as ref
 
 
+# Between the two distributions measured on fresh draws: with one running sum the ratio was
+# 1.04-1.11 (every case failed), with the partial sums at most 0.983 in 24 draws. A margin of
+# 2% keeps a fresh draw from failing on the tail and still fails the one-running-sum kernel.
+MARGIN = 1.02
+
+
 @pytest.fixture(autouse=True)
 def on_the_emulator():
     with device.use("emu"), emu.settings(mode="fast"):  # arithmetic only: no byte counts needed
@@ -42,8 +48,9 @@ def check_fused_at_least_as_precise_as_naive(B, H, Nq, Nk, d, causal):
         grads = kernels.backward(method, dO, q, k, v, saved, deterministic)
         for name, x, t, e_naive in zip(("dQ", "dK"), grads, truth, naive, strict=False):
             e = rel(x, t)
-            assert e <= e_naive, (f"{method} {name}: relative error {e:.3e} > the naive "
-                                  f"kernels' {e_naive:.3e} (seed {entropy})")
+            assert e <= MARGIN * e_naive, (f"{method} {name}: relative error {e:.3e} > "
+                                           f"{MARGIN} x the naive kernels' {e_naive:.3e} "
+                                           f"(seed {entropy})")
 
 
 def test_fused_gradients_at_least_as_precise_as_naive_d128():
