@@ -35,6 +35,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from ckptlab import emu
+from ckptlab.measure import step_memory
 from ckptlab.torch import dist as cdist
 from ckptlab.torch import nets
 from ckptlab.torch.demo import TOLERANCE, Config
@@ -182,6 +183,51 @@ def main(nproc: int, cfg: Config, optimizer: str = "adam") -> int:
     return 1 if check(result) else 0
 
 
+def predicted(result: dict) -> dict:
+    """ckptlab.measure.step_memory's terms for one rank of this run (fp32, no dropout, the
+    LayerNorms' statistics counted); activations only for the schedules the model knows
+    ("none": nothing recomputed, every(1): each block checkpointed, i.e. Korthikanti's full)."""
+    cfg, n = result["config"], result["nproc"]
+    shape = step_memory.nets_gpt(cfg["layers"], cfg["width"], cfg["heads"], cfg["seq"],
+                                 cfg["vocab"])
+    layout = step_memory.Layout(dp=n, zero=3, micro_batch=cfg["batch"] // n)
+    recompute = {"none": "none", "every(1)": "full"}.get(cfg["schedule"].replace(" ", ""))
+    m = step_memory.step_memory(shape, layout, "fp32", recompute or "none",
+                                result["ranks"][0]["optimizer_name"], dropout=False,
+                                ln_stats=True)
+    out = dict(m.terms, unit=shape.layer_params() * 4,
+               logits=4 * cfg["seq"] * layout.micro_batch * cfg["vocab"])
+    if recompute is None:
+        del out["activations"]
+    return out
+
+
+WHY = {
+    "params": "FSDP pads each parameter's dim 0 to a multiple of the ranks",
+    "grads": "the gradients' shards are the parameters' (padded the same)",
+    "optimizer": "Adam's step count: one fp32 scalar per parameter tensor, on every rank; "
+                 "the state follows the unpadded shards",
+}
+
+
+def measured(rank: dict) -> dict:
+    """One rank's measured terms, named as predicted()'s."""
+    return dict(params=rank["params"], grads=max(rank["grads"]), optimizer=rank["optimizer"],
+                activations=max(rank["saved"]), unit=rank["unit"], logits=rank["logits"])
+
+
+def memory_table(result: dict) -> str:
+    """Prediction vs measurement per term, for every rank."""
+    lines = [f"{'rank':>4}  {'term':<12} {'predicted':>10} {'measured':>10} {'diff':>7}  why"]
+    pred = predicted(result)
+    for r in result["ranks"]:
+        for row in step_memory.compare(pred, measured(r), WHY):
+            why = row["why"] if row["predicted"] != row["measured"] else ""
+            lines.append(f"{r['rank']:>4}  {row['term']:<12} {row['predicted']:>10,} "
+                         f"{row['measured']:>10,} {row['rel']:>+7.2%}  {why}")
+    return "\n".join(lines)
+
+
 def check(result: dict) -> list:
     """What disagrees: a rank's saved bytes off the prediction, a loss off one process."""
     bad = []
@@ -219,4 +265,6 @@ def report(result: dict) -> str:
     bad = check(result)
     lines.append("all equal (saved bytes exactly, losses within a relative "
                  f"{TOLERANCE:g})" if not bad else "MISMATCH: " + "; ".join(bad))
+    lines += ["", "bytes per rank, ckptlab.measure.step_memory (modeled) vs measured by storage:",
+              memory_table(result)]
     return "\n".join(lines)
