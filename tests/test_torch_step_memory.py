@@ -45,3 +45,18 @@ def test_fsdp_ranks_hold_what_step_memory_predicts():
         for k in ("activations", "unit", "logits"):
             assert pred[k] == fsdp.measured(r)[k]
     assert "+0.00%" in fsdp.memory_table(result)
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_first_k_layers_fully_recomputed(k):
+    """Megatron's block method: the first k blocks checkpointed one by one, the rest kept."""
+    from ckptlab.recompute.plan import Seg
+    B, N, C, H, L, V = 2, 9, 32, 4, 3, 40
+    model = nets.GPT(vocab=V, ctx=N, width=C, heads=H, layers=L, attn="math", seed=k)
+    x, y = torch.randint(0, V, (B, N)), torch.randint(0, V, (B, N))
+    led = TorchLedger(model.parameters())
+    with led:
+        model(x, y, schedule=[Seg([i]) for i in range(k)] + list(range(k, L))).backward()
+    m = sm.step_memory(sm.nets_gpt(L, C, H, N, V), sm.Layout(micro_batch=B), "fp32", "none",
+                       dropout=False, ln_stats=True, full_layers=k)
+    assert led.peak == m.terms["activations"]

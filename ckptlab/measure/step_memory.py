@@ -161,9 +161,11 @@ def layer_activations(s: int, b: int, h: int, a: int, recompute: str = "none", t
 
 
 def step_memory(model: GPTShape, layout: Layout, recipe="bf16", recompute: str = "none",
-                optimizer: str = "adam", dropout: bool = True, ln_stats: bool = False
-                ) -> StepMemory:
-    """Per-GPU bytes of a training step, term by term (see the module's docstring)."""
+                optimizer: str = "adam", dropout: bool = True, ln_stats: bool = False,
+                full_layers: int = 0) -> StepMemory:
+    """Per-GPU bytes of a training step, term by term (see the module's docstring).
+    full_layers: the first k layers recompute fully (Megatron's block method), the others as
+    `recompute` says."""
     rec = RECIPES[recipe] if isinstance(recipe, str) and recipe in RECIPES else recipe
     for name in ("tp", "micro_batch"):
         _positive(name, getattr(layout, name))
@@ -180,10 +182,22 @@ def step_memory(model: GPTShape, layout: Layout, recipe="bf16", recompute: str =
     embed = 8 * s * b + 8 * s  # int64 token ids and position ids (the embeddings' backward)
     head = (2 * rec.activation * s * b * h // rep + (8 * s * b // rep if ln_stats else 0)
             + 4 * s * b * V // t + 8 * s * b + 4)  # + the loss's fp32 total weight
+    k, L = full_layers, model.layers
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= L:
+        raise ValueError(f"full_layers: expected an int in [0, {L}], got {k!r}")
+    if recompute == "full":
+        k = L
+    inp = layer_activations(s, b, h, a, "full", **kw)
     # a recompute (full: the whole layer, its input among them; selective: the attention
-    # core) starts in the last layer's backward, after the head's backward released the head's
-    last = max(head, whole - one)
-    m.terms["activations"] = embed + model.layers * one + last
+    # core) happens in a layer's backward, after the head's and the later layers' backward
+    # released theirs: the last kept layer's while the fully recomputed ones still hold their
+    # inputs, the last fully recomputed layer's when only the earlier inputs are left
+    last = [head]
+    if k < L:
+        last.append(whole - one)
+    if k > 0:
+        last.append(whole - inp - (L - k) * one)
+    m.terms["activations"] = embed + k * inp + (L - k) * one + max(last)
     if layout.zero == 3:
         unit = model.layer_params(t)
         m.transients["fsdp units"] = unit * (2 * rec.param + rec.grad)
