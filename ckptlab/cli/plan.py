@@ -4,6 +4,8 @@
     python -m ckptlab plan --model gpt2-small --gpu 4090 --gpus 1 --memory-gb 24 --micro-batch 16
     python -m ckptlab plan --model gpt:24,1024,16,1024,50257 ...       (layers,hidden,heads,seq,V)
     python -m ckptlab plan --hf-config config.json ...                 (a GPT-2 config.json)
+    python -m ckptlab plan --sequential pkg.mod:factory --input-shape 64,512 ...  (measured:
+                                                      ckptlab.cli.plan_sequential)
 
 Every layout of the GPUs is tried: tensor parallelism t (a power of two within a node, dividing
 the heads), sequence parallelism with it or not, data parallelism d = GPUs / t with ZeRO stage
@@ -243,6 +245,8 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=positive_int, help="global batch (default: d x micro)")
     p.add_argument("--micro-batch", type=positive_int, default=1)
     p.add_argument("--recipe", choices=sorted(sm.RECIPES), default="bf16")
+    p.add_argument("--sequential", help="MODULE:FACTORY returning a torch.nn.Sequential")
+    p.add_argument("--input-shape", help="with --sequential: one GPU's input, e.g. 64,512")
     a = p.parse_args(argv)
     model = hf_config(a.hf_config) if a.hf_config else model_of(a.model)
     try:
@@ -255,6 +259,14 @@ def main(argv=None) -> int:
     if not a.memory_gb > 0:
         raise UsageError(f"--memory-gb: expected a positive number, got {a.memory_gb}")
     memory = a.memory_gb * GIB
+    if a.sequential:
+        from ckptlab.cli import plan_sequential
+        if not a.input_shape:
+            raise UsageError("--sequential needs --input-shape (one GPU's input, e.g. 64,512)")
+        modules, x = plan_sequential.load(a.sequential, a.input_shape)
+        rows = plan_sequential.plan(modules, x, a.gpus, a.gpu, memory, a.recipe)
+        print(plan_sequential.report(rows, a.gpus, a.gpu, memory))
+        return 0 if any("plan" in r for r in rows) else 1
     chosen, rows = plan(model, a.gpus, a.gpu, memory, a.batch, a.micro_batch, a.recipe)
     print(report(model, chosen, rows, a.gpus, a.gpu, memory, a.recipe))
     return 0 if chosen is not None else 1
