@@ -16,13 +16,17 @@ replayed: they cost time and memory traffic, not FLOPs, and keeping them buys no
 embeddings run inside the first block's stage, so that a checkpointed first stage keeps the
 token ids, not the embedded sequence.
 
-The DP over ops: every subset of a block's FLOP-bearing ops (2^k of them; k = 8 in a GPT block:
-q, k, v, out, fc, proj and attention's two batched matmuls) gives a point (held bytes, replayed
+The DP over ops: every subset of a block's FLOP-bearing ops before that point (2^k of them;
+k = 7 in a GPT block: q, k, v, out, fc and attention's two batched matmuls; proj comes after
+the last save) gives a point (held bytes, replayed
 FLOPs); the block's frontier keeps the Pareto points, plus "plain". The DP over blocks adds
 frontiers one block at a time (min-plus: for each total of bytes, the fewest FLOPs), keeping
 the Pareto points, so the plan is exact for the objective: fewest replayed FLOPs with the
-blocks' bytes at the end of the forward within the budget. Not modeled: the bytes a replay
-holds briefly in the backward (one block's worth at most).
+blocks' bytes at the end of the forward within the budget, the quantity torch.compile's
+activation_memory_budget bounds too. Not modeled: what a replay holds in the backward, which
+bench/budget_planner.py measures (its peak column): on its GPT at torch's 20% budget the peak
+is 3.6 times the end-of-forward bytes, more than one stage's replay accounts for, and not yet
+explained; a plan for a peak budget needs that term.
 """
 
 from __future__ import annotations
