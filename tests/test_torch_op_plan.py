@@ -25,15 +25,20 @@ def setup(B, N, C, H, L, V, seed=0):
 
 
 def measure(model, x, y, choice):
+    """(saved bytes at the end of the forward, their peak, backward FLOPs, loss, gradients);
+    the FLOPs in a step of their own (FlopCounterMode keeps a replay's tensors alive)."""
     led = TorchLedger(model.parameters())
     with led:
         loss = op_plan.run(model, x, y, choice)
         end = led.bytes
-        with FlopCounterMode(display=False) as fc:
-            loss.backward()
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    loss = op_plan.run(model, x, y, choice)
+    with FlopCounterMode(display=False) as fc:
+        loss.backward()
     grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)
-    return end, fc.get_total_flops(), loss.detach(), grads
+    return end, led.peak, fc.get_total_flops(), loss.detach(), grads
 
 
 @pytest.mark.parametrize("shape", [(2, 16, 32, 2, 2, 32),
@@ -41,7 +46,7 @@ def measure(model, x, y, choice):
 def test_predicted_bytes_and_replay_are_measured(shape):
     model, x, y, prof = setup(*shape)
     n = len(prof)
-    end0, flops0, loss0, grads0 = measure(model, x, y, ["plain"] * n)
+    end0, _, flops0, loss0, grads0 = measure(model, x, y, ["plain"] * n)
     fixed = end0 - sum(p.plain for p in prof)
     least = op_plan.plan(prof, 10**12)[1]
     for frac in (1.0, 0.5, 0.25):
@@ -52,8 +57,9 @@ def test_predicted_bytes_and_replay_are_measured(shape):
             assert "below the least" in str(e)
             continue
         assert held <= budget
-        end, flops, loss, grads = measure(model, x, y, choice)
+        end, peak, flops, loss, grads = measure(model, x, y, choice)
         assert end == held + fixed
+        assert peak <= end + max(p.plain for p in prof)  # a replay: one stage at a time
         assert flops - flops0 == replay
         assert torch.equal(loss, loss0)
         assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(grads, grads0,
@@ -68,7 +74,7 @@ def test_against_torch_compile_budget():
     import torch._functorch.config as fcfg
     model, x, y, prof = setup(4, 32, 32, 2, 3, 32)
     n = len(prof)
-    end0, flops0, _, _ = measure(model, x, y, ["plain"] * n)
+    end0, _, flops0, _, _ = measure(model, x, y, ["plain"] * n)
     fixed = end0 - sum(p.plain for p in prof)
     old = fcfg.activation_memory_budget
     try:
