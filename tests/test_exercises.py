@@ -10,7 +10,19 @@ import numpy as np
 import pytest
 
 from ckptlab import device
-from ckptlab.exercises import lab01, lab02, lab03, lab04, lab05, lab06, lab07, lab08, lab09, lab10
+from ckptlab.exercises import (
+    lab01,
+    lab02,
+    lab03,
+    lab04,
+    lab05,
+    lab06,
+    lab07,
+    lab08,
+    lab09,
+    lab10,
+    lab11,
+)
 from ckptlab.measure import traffic
 
 SOLUTIONS = Path(__file__).resolve().parent.parent / "labs" / "solutions"
@@ -29,7 +41,7 @@ S1, S2 = solution("01_roofline"), solution("02_naive_attention")
 S3, S4 = solution("03_store_p_backward"), solution("04_flash_forward")
 S5, S6 = solution("05_recompute_backward"), solution("06_dropout_and_determinism")
 S7, S8 = solution("07_segment_checkpointing"), solution("08_schedules_and_budgets")
-S9 = solution("09_tensor_cores")
+S9, S11 = solution("09_tensor_cores"), solution("11_at_scale")
 with device.use("emu"):  # made at import, before conftest pins a target: on a GPU machine the
     # detected target would be "cuda"; the notebooks run on the emulator, so the profiles do too
     P7, P8 = S7.notebook_profile(), S8.notebook_profile()  # the chains the notebooks profile
@@ -81,8 +93,11 @@ CASES = [
     ("checkpoint_flops_ratio", lab07.checkpoint_flops_ratio, dict(prof=P7), S7.answer_2, 2.0),
     ("schedule_for_budget", lab08.schedule_for_budget, dict(prof=P8, fraction=0.4),
      S8.answer_1, "sqrt"),
-    ("korthikanti_bytes", lab08.korthikanti_bytes, GPT3, S8.answer_2, 34 * 2048 * 12288),
-    ("selective_saving", lab08.selective_saving, GPT3, S8.answer_3, 100 * S8.answer_3),
+    ("revolve_one_snapshot", lab08.revolve_one_snapshot, dict(l=10), S8.answer_2, 100),
+    ("korthikanti_bytes", lab11.korthikanti_bytes, GPT3, S11.answer_1, 34 * 2048 * 12288),
+    ("selective_saving", lab11.selective_saving, GPT3, S11.answer_2, 100 * S11.answer_2),
+    ("zero3_state_bytes", lab11.zero3_state_bytes, dict(params=174_615_846_912, gpus=1024),
+     S11.answer_3, 16 * 174_615_846_912),
     ("wmma_gemm_bytes", lab09.wmma_gemm_bytes, dict(M=100, N=40, K=56), S9.answer_1,
      S9.answer_1 // 2),
     ("wmma_gemm_bytes odd", lab09.wmma_gemm_bytes, dict(M=17, N=33, K=5),

@@ -12,6 +12,8 @@
                          (cli.bench_crossing)
     kernels              registers, shared memory, spills per kernel (cli.kernels_report)
     fig2                 the FlashAttention paper's Fig. 2 table (cli.fig2)
+    plan                 a training run's memory per GPU: parallel layout, sharding and the
+                         least recompute that fits, modeled (cli.plan)
 
 `--device` (anywhere on the line) forces the target; `cuda` without a GPU is an error. Each
 command's own options: `python -m ckptlab COMMAND --help`. Usage errors (an unknown command or
@@ -35,6 +37,7 @@ COMMANDS = {  # name -> module whose main(argv) runs it
     "check": "ckptlab.cli.check",
     "kernels": "ckptlab.cli.kernels_report",
     "fig2": "ckptlab.cli.fig2",
+    "plan": "ckptlab.cli.plan",
 }
 BENCHES = {
     "attention": "ckptlab.cli.bench_attention",

@@ -6,9 +6,9 @@ reference), never typed in, so an exercise follows the kernels if they change.
 
 from __future__ import annotations
 
-from ckptlab.exercises.verdict import NOT_YET, Verdict, close, exact, right, unanswered, wrong
-from ckptlab.measure import at_scale
+from ckptlab.exercises.verdict import NOT_YET, Verdict, exact, right, unanswered, wrong
 from ckptlab.recompute import schedules
+from ckptlab.recompute.optimal import revolve_cost
 
 
 def _schedule(answer, L, prof):
@@ -56,22 +56,12 @@ def schedule_for_budget(answer, prof, fraction: float = 0.4) -> Verdict:
     return right()
 
 
-def korthikanti_bytes(answer, s: int, b: int, h: int, a: int) -> Verdict:
-    """Bytes of activations one transformer layer holds for its backward with no recompute
-    (Korthikanti et al. 2022, 16-bit): sequence s, micro-batch b, hidden h, a heads."""
-    want = at_scale.layer_activation_bytes(s, b, h, a, "none")
-    return exact(answer, want, "the byte count", hints=[
-        (at_scale.layer_activation_bytes(s, b, h, a, "selective"),
-         "that leaves out the attention core's 5 a s^2 b bytes (the softmax output, the "
-         "dropout mask and the dropout output)"),
-    ], hint="s b h (34 + 5 a s / h)")
-
-
-def selective_saving(answer, s: int, b: int, h: int, a: int) -> Verdict:
-    """The fraction of one layer's activation bytes that selective recompute (of the attention
-    core) saves against none: 1 - selective / none."""
-    want = 1 - (at_scale.layer_activation_bytes(s, b, h, a, "selective")
-                / at_scale.layer_activation_bytes(s, b, h, a, "none"))
-    return close(answer, want, "the fraction", 0.01, hints=[
-        (100 * want, "a fraction, not a percentage"),
-    ], hint="the saved part is 5 a s / h out of 34 + 5 a s / h")
+def revolve_one_snapshot(answer, l: int) -> Verdict:
+    """Block forwards recomputed to reverse a chain of l blocks with one snapshot (only the
+    chain's input kept): Revolve's cost with s = 1, i.e. l (l - 1) / 2."""
+    return exact(answer, revolve_cost(l, 1), "the number of block forwards", hints=[
+        (l * l, "that counts the whole chain for every block: block k needs only the k blocks "
+                "before it run again"),
+        (l * (l + 1) // 2, "that counts each block's own forward too: to reverse block k you "
+                           "rerun the k blocks before it, 0 for the first"),
+    ], hint="to reverse block k, rerun blocks 0 .. k-1 from the input")

@@ -9,6 +9,8 @@
     timemodel.py modeled time: launch cost + waves x roofline, unique/counted bounds; the
                  naive/stored/flash decomposition; when recompute stops paying
     at_scale.py  Korthikanti et al.'s activation memory of a transformer layer at scale
+    step_memory.py  a training step's bytes per GPU: model states by ZeRO stage and recipe,
+                 activations, FSDP's gathered units, the logits
     plots.py     memory / time / bytes against N, the roofline, memory traces, Pareto fronts
     tradeoff_plots.py  memory against speed (and against FLOPs), per method or schedule
 

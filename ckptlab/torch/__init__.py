@@ -25,6 +25,8 @@ more than one process on PyTorch's own distributed engine.
     dist.py       processes: spawn ranks into a gloo (CPU) or NCCL (GPU) group
     tensor_parallel.py  Megatron's column/row split of a transformer block, bytes vs formula
     demo.py       python -m ckptlab.torch.demo --nproc 2: DDP training, bytes vs prediction
+    fsdp.py       the same GPT under FSDP2 (--fsdp): bytes per rank by kind vs step_memory
+    op_plan.py    an op-level recompute plan (DP over ops and stages) as selective checkpointing
 
 PyTorch is optional (pip install -e '.[torch]'); without it importing this package raises one
 ImportError line that says how to install it.

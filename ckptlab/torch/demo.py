@@ -2,6 +2,7 @@
 in every rank, PyTorch's distributed engine between them; and a tensor-parallel block.
 
     python -m ckptlab.torch.demo --nproc 2 [--steps 3 --schedule "optimal(40%)"]
+    python -m ckptlab.torch.demo --fsdp --nproc 4     # FSDP2 instead (ckptlab.torch.fsdp)
     torchrun --nproc-per-node 2 -m ckptlab.torch.demo
 
 Each rank takes its slice of the global batch, profiles its model on it (ckptlab.torch.profile),
@@ -175,12 +176,17 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ckptlab.torch.demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nproc", type=int, default=2, help="processes (ranks), default 2")
+    p.add_argument("--fsdp", action="store_true", help="train under FSDP2 with Adam instead "
+                   "(ckptlab.torch.fsdp): bytes per rank by kind")
     for name, default in asdict(Config()).items():
         p.add_argument(f"--{name}", type=type(default), default=default)
     a = vars(p.parse_args(argv))
-    nproc = a.pop("nproc")
+    nproc, sharded = a.pop("nproc"), a.pop("fsdp")
     torch.set_num_threads(1)  # the reference run's tensors are tiny: one thread is faster
     cfg = Config(**a)
+    if sharded:
+        from ckptlab.torch import fsdp
+        return fsdp.main(nproc, cfg)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         return _torchrun(cfg)
     result = run(nproc, cfg)

@@ -24,9 +24,6 @@ def notebook_profile():
 # (the DP finds the same plan).
 answer_1 = [Seg([0, 1]), Seg([2, 3]), Seg([4, 5]), 6, 7]
 
-# Exercise 2. s b h (34 + 5 a s / h) = 2048 * 12288 * (34 + 5 * 96 * 2048 / 12288)
-#           = 2048 * 12288 * (34 + 80) = 2,868,903,936 bytes, 2.7 GiB per layer (256 GiB for 96).
-answer_2 = 2048 * 1 * 12288 * (34 + 5 * 96 * 2048 // 12288)
-
-# Exercise 3. Selective recompute drops the 5 a s / h = 80 part: 80 / 114 = 0.70.
-answer_3 = 80 / 114
+# Exercise 2. With one snapshot, reversing block k reruns blocks 0 .. k-1 from the input:
+# 0 + 1 + ... + 9 = 10 * 9 / 2 = 45 block forwards (revolve_cost(10, 1)).
+answer_2 = 10 * 9 // 2
