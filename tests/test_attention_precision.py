@@ -16,7 +16,6 @@ import pytest
 from ckptlab import device, emu, kernels
 from ckptlab import reference as ref
 
-
 # Between the two distributions measured on fresh draws: with one running sum the ratio was
 # 1.04-1.11 (every case failed), with the partial sums at most 0.983 in 24 draws. A margin of
 # 2% keeps a fresh draw from failing on the tail and still fails the one-running-sum kernel.
