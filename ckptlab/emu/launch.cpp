@@ -137,8 +137,9 @@ static pid_t g_pool_pid;
 
 static void* pool_thread(void* arg) {
     Worker* w = static_cast<Worker*>(arg);
+    const int k = w->index;  // (each launch writes w->index again while this thread waits)
     for (;;) {
-        while (sem_wait(&g_go[w->index]) != 0) {}
+        while (sem_wait(&g_go[k]) != 0) {}
         if (work(w)) break;
     }
     // Retired: the thread ends (after work() said it is done and blocked every signal), so that

@@ -197,7 +197,8 @@ static pid_t gettid_() { return static_cast<pid_t>(syscall(SYS_gettid)); }
 static Worker* this_worker() {
     const pid_t me = gettid_();
     for (int k = 0; k < g_nworkers; ++k)
-        if (g_workers[k] && g_workers[k]->tid == me) return g_workers[k];
+        if (g_workers[k] && __atomic_load_n(&g_workers[k]->tid, __ATOMIC_RELAXED) == me)
+            return g_workers[k];
     return nullptr;
 }
 
@@ -240,7 +241,7 @@ static void supervise() {
         g_fast_ticks = true;
     }
     for (int k = 0; k < g_nworkers; ++k) {  // (not itself, worker 0 of a one-worker launch)
-        const pid_t tid = g_workers[k]->tid;
+        const pid_t tid = __atomic_load_n(&g_workers[k]->tid, __ATOMIC_RELAXED);
         if (tid && tid != g_launch_tid) syscall(SYS_tgkill, getpid(), tid, kTickSignal);
     }
 }
@@ -378,7 +379,7 @@ void worker_signals(Worker* w, bool on) {
     if (on) {
         pthread_sigmask(SIG_SETMASK, &g_launch_mask, nullptr);
         w->pending_retire = false;
-        w->tid = gettid_();
+        __atomic_store_n(&w->tid, gettid_(), __ATOMIC_RELAXED);  // the supervisor reads it
         if (!w->altstack) w->altstack = static_cast<char*>(malloc(64 * 1024));
         stack_t ss{};
         ss.ss_sp = w->altstack;
@@ -392,7 +393,7 @@ void worker_signals(Worker* w, bool on) {
             sigfillset(&all);
             pthread_sigmask(SIG_BLOCK, &all, nullptr);
         }
-        w->tid = 0;
+        __atomic_store_n(&w->tid, 0, __ATOMIC_RELAXED);
         sigaltstack(&w->old_altstack, nullptr);
     }
 }
