@@ -65,8 +65,8 @@ def test_overlapping_settings_blocks_in_threads_stay_in_their_thread(mod):
         t.join()
     assert not errors, errors
     for i, s in enumerate(seen):
-        want = ("fast", 1, "fast", 1, True) if i == 4 else (
-            mine_before.mode, 3, mine_before.mode, 3, True)
+        mode = process_before.mode  # a new thread starts from the process's settings
+        want = ("fast", 1, "fast", 1, True) if i == 4 else (mode, 3, mode, 3, True)
         assert s == want, (i, s)
     assert in_a_new_thread(emu.current) == process_before
     assert emu.current() == mine_before
