@@ -137,7 +137,8 @@ def test_an_immutable_buffer_stays_immutable(mod):
 def test_misaligned_vector_access_is_an_error(mod, kernel, line, size):
     x = np.arange(16, dtype=np.float32)
     out = np.zeros(4, np.float32) if size == 16 else np.zeros(1, np.float64)
-    with pytest.raises(emu.EmuError, match=rf"misaligned {size}-byte read") as e:
+    # (GCC's alignment check, before the access, or the memory hook's, at it)
+    with pytest.raises(emu.EmuError, match=rf"misaligned .*a multiple of {size}\b") as e:
         mod.get_function(kernel)((1,), (1,), (x, out))
     assert e.value.kind == "access" and e.value.line == line
 

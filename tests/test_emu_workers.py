@@ -250,11 +250,12 @@ def test_no_deadlock_in_200_short_launches_with_ctrl_c_among_them(mod):
 
 
 def test_automatic_workers_wake_only_for_launches_big_enough(mod):
-    """workers=None: one per CPU for a launch of at least AUTO_MIN_THREADS threads (no more
-    than its blocks), the calling thread alone below; a number asked for is used as asked."""
+    """Automatic workers (the default): one per CPU for a launch of at least AUTO_MIN_THREADS
+    threads (no more than its blocks), the calling thread alone below; a number asked for is
+    used as asked."""
     cpus, small, big = emu.config.cpus(), (8,), (emu.config.AUTO_MIN_THREADS // 32,)
     out = np.zeros(big[0] * 32, np.int32)
-    with emu.settings(workers=None):
+    with emu.settings(workers=emu.DEFAULT):  # automatic, whatever CKPTLAB_EMU_WORKERS says
         assert mod.get_function("where")(small, (32,), (out,)).workers == 1
         assert mod.get_function("where")(big, (32,), (out,)).workers == min(cpus, big[0])
     with emu.settings(workers=MANY):

@@ -7,20 +7,21 @@ Same surface as CuPy's RawModule, so launch wrappers don't care which target the
     f((gx, gy), (bx,), (q, k, v, o, np.int32(N), np.float32(scale)), shared_mem=0)
 
 Emulator-only extras (not in CuPy): configure()/settings() (mode "counted" or "fast", race
-check, stack size, watchdog), last_launch() and record() for the per-argument byte counts, and
-EmuError for faults inside kernels (barrier misuse, out-of-bounds access, shared-memory race,
-stack overflow, runaway kernel...), which name the kernel, block, thread and source line and
-leave the Python process running. How it works: shim.h, then
+check, stack size, watchdog, workers; each thread's own, DEFAULT resets one: config.py),
+last_launch() and record() for the per-argument byte counts, and EmuError for faults inside
+kernels (barrier misuse, out-of-bounds or misaligned access, shared-memory race, stack
+overflow, runaway kernel...), which name the kernel, block, thread and source line and leave
+the Python process running. How it works: shim.h, then
 runtime.h (scheduler.cpp, memory.cpp, launch.cpp).
 """
 
 from .build import EmuCompileError, EmuError, cache_dir
-from .config import Settings, configure, current, settings
+from .config import DEFAULT, Settings, configure, current, settings
 from .counters import ArgTraffic, Launch, Recording, last_launch, record
 from .loader import EmuArgumentError, Kernel, RawModule, kernel_names
 
 __all__ = [
-    "ArgTraffic", "EmuArgumentError", "EmuCompileError", "EmuError", "Kernel", "Launch",
-    "RawModule", "Recording", "Settings", "cache_dir", "configure", "current", "kernel_names",
-    "last_launch", "record", "settings",
+    "DEFAULT", "ArgTraffic", "EmuArgumentError", "EmuCompileError", "EmuError", "Kernel",
+    "Launch", "RawModule", "Recording", "Settings", "cache_dir", "configure", "current",
+    "kernel_names", "last_launch", "record", "settings",
 ]

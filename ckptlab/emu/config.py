@@ -17,16 +17,24 @@
                 run on the calling thread: waking workers would cost more than they save). A
                 block's threads stay on one worker. Counts are the same whatever the number.
 
-Set them for the process with configure(...), or for a block with `with settings(...)`. The
-environment can preset them: CKPTLAB_EMU_MODE, CKPTLAB_EMU_RACE_CHECK (0/1, false/true,
-no/yes, off/on, any case), CKPTLAB_EMU_STACK_KIB, CKPTLAB_EMU_WATCHDOG_S, CKPTLAB_EMU_WORKERS.
+`with settings(...)` changes them for the code inside the block, in this thread (or asyncio
+task) only: each thread's settings are its own (a contextvars.ContextVar), so overlapping blocks
+in two threads cannot leave either in the other's. configure(...) changes them for the code
+around it: inside a `with settings(...)` block, until that block ends; outside any, for the
+process (what every thread without a block of its own sees). A value left out (or None) is
+unchanged; DEFAULT resets a setting to its built-in default above, whatever the environment
+says: `settings(workers=DEFAULT)` is automatic, `settings(block_seed=DEFAULT)` a fresh order.
+The environment presets the process's settings: CKPTLAB_EMU_MODE, CKPTLAB_EMU_RACE_CHECK (0/1,
+false/true, no/yes, off/on, any case), CKPTLAB_EMU_STACK_KIB, CKPTLAB_EMU_WATCHDOG_S,
+CKPTLAB_EMU_WORKERS.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from . import abi
 
@@ -98,6 +106,12 @@ def from_environment() -> Settings:
 
 
 def _checked(s: Settings) -> Settings:
+    if not isinstance(s.race_check, bool):  # 0.5 or "no" must not turn the check off silently
+        raise ValueError(f"race_check must be True or False, got {s.race_check!r}")
+    if s.block_seed is not None and (isinstance(s.block_seed, bool) or not isinstance(
+            s.block_seed, int) or not 0 <= s.block_seed < 1 << 64):
+        raise ValueError(f"block_seed must be None (a fresh order each launch) or an int in "
+                         f"[0, 2**64), got {s.block_seed!r}")
     if s.mode not in ("counted", "fast"):
         raise ValueError(f"emulator mode must be 'counted' or 'fast', got {s.mode!r}")
     if not 8 <= s.stack_kib <= 64 * 1024:
@@ -113,32 +127,60 @@ def _checked(s: Settings) -> Settings:
     return s
 
 
-_current = from_environment()
+class _Default:
+    """A setting's built-in default: settings(workers=DEFAULT), configure(block_seed=DEFAULT)."""
+
+    def __repr__(self) -> str:
+        return "ckptlab.emu.DEFAULT"
+
+
+DEFAULT = _Default()
+_BUILT_IN = Settings()
+_process = from_environment()  # what a thread sees outside any `with settings(...)` block
+_local: contextvars.ContextVar[Settings | None] = contextvars.ContextVar(
+    "ckptlab_emu_settings", default=None)  # inside one: this thread's (or task's) own
 
 
 def current() -> Settings:
-    return _current
+    """The settings a launch from this thread (or asyncio task) runs with."""
+    s = _local.get()
+    return _process if s is None else s
+
+
+def _changed(base: Settings, changes: dict) -> Settings:
+    names = {f.name for f in fields(Settings)}
+    unknown = sorted(set(changes) - names)
+    if unknown:
+        raise TypeError(f"unknown emulator setting(s) {', '.join(unknown)}: expected some of "
+                        f"{', '.join(sorted(names))}")
+    values = {k: getattr(_BUILT_IN, k) if v is DEFAULT else v for k, v in changes.items()
+              if v is not None}
+    return _checked(replace(base, **values))
 
 
 def configure(*, mode=None, race_check=None, stack_kib=None, watchdog_s=None,
               block_order=None, block_seed=None, workers=None) -> Settings:
-    """Change the process-wide settings; returns the previous ones."""
-    global _current
-    previous = _current
-    changes = {k: v for k, v in dict(mode=mode, race_check=race_check, stack_kib=stack_kib,
-                                     watchdog_s=watchdog_s, block_order=block_order,
-                                     block_seed=block_seed, workers=workers).items()
-               if v is not None}
-    _current = _checked(replace(_current, **changes))
+    """Change the settings of the code around this call (inside a `with settings(...)` block:
+    until it ends; outside any: the process's); returns the previous ones. None leaves a
+    setting unchanged, DEFAULT resets it to its built-in default."""
+    global _process
+    previous = current()
+    new = _changed(previous, dict(mode=mode, race_check=race_check, stack_kib=stack_kib,
+                                  watchdog_s=watchdog_s, block_order=block_order,
+                                  block_seed=block_seed, workers=workers))
+    if _local.get() is None:
+        _process = new
+    else:
+        _local.set(new)
     return previous
 
 
 @contextlib.contextmanager
 def settings(**changes):
-    """Temporary settings: `with emu.settings(mode="fast"): ...`."""
-    global _current
-    previous = configure(**changes)
+    """Temporary settings for this thread (or asyncio task): `with emu.settings(mode="fast"):`.
+    Other threads keep theirs; None leaves a setting unchanged, DEFAULT resets it."""
+    token = _local.set(_changed(current(), changes))
     try:
-        yield _current
+        yield _local.get()
     finally:
-        _current = previous
+        _local.reset(token)

@@ -101,8 +101,8 @@ static void start_block(Worker* w, uint64_t b) {
 }
 
 // A worker runs blocks until the grid is done or a fault stops every worker; true if its thread
-// must retire: a signal stopped it inside the C library, where it may hold one of its locks (a
-// heap arena's), so it is parked for good after saying it is done.
+// must retire: a signal stopped it inside the C library, where it may be in the middle of
+// something, so it runs no more blocks: it ends after saying it is done.
 static sem_t g_done;
 static bool g_alive[kMaxWorkers];  // worker k has a thread (pool_thread, below)
 
@@ -137,11 +137,15 @@ static pid_t g_pool_pid;
 
 static void* pool_thread(void* arg) {
     Worker* w = static_cast<Worker*>(arg);
+    const int k = w->index;  // (each launch writes w->index again while this thread waits)
     for (;;) {
-        while (sem_wait(&g_go[w->index]) != 0) {}
+        while (sem_wait(&g_go[k]) != 0) {}
         if (work(w)) break;
     }
-    for (;;) pause();  // retired
+    // Retired: the thread ends (after work() said it is done and blocked every signal), so that
+    // its stack and mappings are released and the next launch starts another in its place, and
+    // faults repeated launch after launch cannot pile up parked threads. A lock of glibc's that
+    // it held stays held, as it would have parked (and as on the calling thread, which goes on).
     return nullptr;
 }
 

@@ -45,7 +45,8 @@ __attribute__((always_inline)) static inline void set_bits(uint64_t* bits, size_
     while (size) {
         const size_t w = off / 64, b = off % 64, n = size < 64 - b ? size : 64 - b;
         const uint64_t m = (n == 64 ? ~0ull : ((1ull << n) - 1)) << b;
-        if ((bits[w] & m) != m) __atomic_fetch_or(&bits[w], m, __ATOMIC_RELAXED);
+        if ((__atomic_load_n(&bits[w], __ATOMIC_RELAXED) & m) != m)  // (a plain load on x86)
+            __atomic_fetch_or(&bits[w], m, __ATOMIC_RELAXED);
         off += n, size -= n;
     }
 }

@@ -297,6 +297,9 @@ static void relative(char* out, size_t n, uintptr_t a, size_t size, uintptr_t lo
     const long long past = static_cast<long long>(a + size) - static_cast<long long>(lo + osize);
     if (before > 0)
         snprintf(out, n, "%lld bytes before the start of %s", before, what);
+    else if (past <= 0)  // inside it (a misaligned access)
+        snprintf(out, n, "byte %lld of %s (%llu bytes)", -before, what,
+                 static_cast<unsigned long long>(osize));
     else
         snprintf(out, n, "ending %lld bytes past the end of %s (%llu bytes)", past, what,
                  static_cast<unsigned long long>(osize));

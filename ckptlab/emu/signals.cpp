@@ -140,6 +140,36 @@ void stop_message(Worker* w, int kind, void* pc, const char* file, int line) {
     abort_fiber(f);
 }
 
+// GCC's -fsanitize=alignment (build.py) calls this where the kernel dereferences a pointer
+// that is not a multiple of its type's alignment, before the access, whatever loads GCC then
+// makes of it (a float4 read as four floats is still a float4 access on a GPU, and faults
+// there: cudaErrorMisalignedAddress). Its arguments, as GCC lays them out; no UBSan runtime is
+// linked.
+struct UbsanType { uint16_t kind, info; char name[1]; };
+struct UbsanMismatch {
+    const char* file;
+    uint32_t line, column;
+    const UbsanType* type;
+    unsigned char log_align, check_kind;
+};
+extern "C" void __ubsan_handle_type_mismatch_v1(UbsanMismatch* d, uintptr_t a) {
+    static const char* const kWhat[] = {"a load of", "a store to", "a reference to",
+                                        "a member access within", "a member call on",
+                                        "a constructor call on"};
+    Fiber* f = self();
+    if (!f) return;  // (kernel code runs on fibers only)
+    if (g_stop) stop_here(f, __builtin_return_address(0), d->file, int(d->line));
+    const size_t align = size_t(1) << d->log_align;
+    char where[320];
+    describe_address(where, sizeof where, f, a, align);
+    set_fault(worker_of(f), F_ACCESS, __builtin_return_address(0), d->file, int(d->line),
+              "misaligned address: %s %s at %p, which its type requires to be a multiple of %zu "
+              "bytes (cudaErrorMisalignedAddress on a GPU): %s",
+              d->check_kind < 6 ? kWhat[d->check_kind] : "a use of", d->type->name,
+              reinterpret_cast<void*>(a), align, where);
+    abort_fiber(f);
+}
+
 void describe_thread(char* out, size_t n, const Fiber& f) {
     snprintf(out, n, "(%u,%u,%u)", f.idx.x, f.idx.y, f.idx.z);
 }
@@ -167,7 +197,8 @@ static pid_t gettid_() { return static_cast<pid_t>(syscall(SYS_gettid)); }
 static Worker* this_worker() {
     const pid_t me = gettid_();
     for (int k = 0; k < g_nworkers; ++k)
-        if (g_workers[k] && g_workers[k]->tid == me) return g_workers[k];
+        if (g_workers[k] && __atomic_load_n(&g_workers[k]->tid, __ATOMIC_RELAXED) == me)
+            return g_workers[k];
     return nullptr;
 }
 
@@ -210,7 +241,7 @@ static void supervise() {
         g_fast_ticks = true;
     }
     for (int k = 0; k < g_nworkers; ++k) {  // (not itself, worker 0 of a one-worker launch)
-        const pid_t tid = g_workers[k]->tid;
+        const pid_t tid = __atomic_load_n(&g_workers[k]->tid, __ATOMIC_RELAXED);
         if (tid && tid != g_launch_tid) syscall(SYS_tgkill, getpid(), tid, kTickSignal);
     }
 }
@@ -348,7 +379,7 @@ void worker_signals(Worker* w, bool on) {
     if (on) {
         pthread_sigmask(SIG_SETMASK, &g_launch_mask, nullptr);
         w->pending_retire = false;
-        w->tid = gettid_();
+        __atomic_store_n(&w->tid, gettid_(), __ATOMIC_RELAXED);  // the supervisor reads it
         if (!w->altstack) w->altstack = static_cast<char*>(malloc(64 * 1024));
         stack_t ss{};
         ss.ss_sp = w->altstack;
@@ -362,7 +393,7 @@ void worker_signals(Worker* w, bool on) {
             sigfillset(&all);
             pthread_sigmask(SIG_BLOCK, &all, nullptr);
         }
-        w->tid = 0;
+        __atomic_store_n(&w->tid, 0, __ATOMIC_RELAXED);
         sigaltstack(&w->old_altstack, nullptr);
     }
 }
