@@ -13,13 +13,14 @@ batch: DDP averages the ranks' gradients, which is the whole batch's gradient, s
 agree up to float32 rounding (summation order); TOLERANCE bounds the relative difference.
 The same ranks then run one transformer block split Megatron's way (tensor_parallel.py),
 plain and checkpointed, and print what each holds against Korthikanti et al.'s formula.
-Exit status 1 if a rank's bytes differ from the prediction or the formula, or a loss or a
-gradient from the one-process reference.
+Exit status 1 if a rank's bytes differ from the prediction or the formula, a loss or a
+gradient from the one-process reference, or a loss is not a finite number.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from dataclasses import asdict, dataclass
@@ -125,7 +126,10 @@ def check_ddp(result: dict) -> list:
                 for k, p in enumerate(r["peaks"]) if p != r["predicted"]]
     ref = result["reference"]["losses"]
     for k, loss in enumerate(result["ranks"][0]["losses"]):
-        if abs(loss - ref[k]) > TOLERANCE * abs(ref[k]):
+        if not (math.isfinite(loss) and math.isfinite(ref[k])):
+            bad.append(f"step {k}: loss {loss} with {result['nproc']} ranks, {ref[k]} in one "
+                       "process: training diverged (a loss that is not a finite number)")
+        elif not abs(loss - ref[k]) <= TOLERANCE * abs(ref[k]):
             bad.append(f"step {k}: loss {loss:.8f} with {result['nproc']} ranks, {ref[k]:.8f} "
                        "in one process")
     return bad
@@ -144,7 +148,8 @@ def report(result: dict) -> str:
     lines.append(f"{'step':>4}  {'loss, ' + str(result['nproc']) + ' ranks':>16} "
                  f"{'loss, 1 process':>16} {'relative diff':>14}")
     for k, (a, b) in enumerate(zip(result["ranks"][0]["losses"], ref["losses"], strict=True)):
-        lines.append(f"{k:>4}  {a:>16.8f} {b:>16.8f} {abs(a - b) / abs(b):>14.1e}")
+        diff = abs(a - b) / abs(b) if b else math.inf if a != b else 0.0
+        lines.append(f"{k:>4}  {a:>16.8f} {b:>16.8f} {diff:>14.1e}")
     bad = check_ddp(result)
     lines.append("all equal (bytes exactly, losses within a relative "
                  f"{TOLERANCE:g})" if not bad else "MISMATCH: " + "; ".join(bad))
