@@ -38,10 +38,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 
 import torch
-from torch.autograd.function import once_differentiable
+from torch._C import _functions
 
 from ckptlab import kernels
 from ckptlab.torch import arrays
@@ -135,6 +136,31 @@ def _backward(ctx, dO):
     if method == "flash":
         _count("recompute", mm)  # S = scale Q K^T, again, tile by tile
     return dq, dk, dv
+
+
+TWICE = ("ckptlab's attention backward is not differentiable (it is @once_differentiable: the "
+         "kernels' gradients are computed, not traced): double backward, a gradient of "
+         "gradients taken with create_graph=True, is not supported")
+
+
+def once_differentiable(backward):
+    """torch.autograd.function.once_differentiable, but the error is attached whenever the
+    graph of the gradients is built (create_graph=True), not only when dO requires grad: dO
+    of out.sum() does not, and a second backward then met PyTorch's generic "does not require
+    grad" instead of this reason."""
+    @functools.wraps(backward)
+    def wrapper(ctx, *args):
+        with torch.no_grad():
+            grads = backward(ctx, *args)
+        if not torch.is_grad_enabled():
+            return grads
+        err = _functions.DelayedError(TWICE.encode(), len(grads))
+
+        def alias(g):  # a detached alias that requires grad, so err_fn becomes its grad_fn
+            return g if g is None else g.detach().requires_grad_(True)
+
+        return err(*[alias(g) for g in grads])
+    return wrapper
 
 
 class _Attention(torch.autograd.Function):
