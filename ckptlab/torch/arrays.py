@@ -39,7 +39,7 @@ def check_dense(name: str, t) -> None:
                         f"{t.layout}: pass {name}.to_dense()")
     if t.device.type == "meta":
         raise ValueError(f"{name} is a meta tensor (device meta: shapes, no data): the kernels "
-                         "need its values, on a CPU (the emulator) or a CUDA device")
+                         "need its values, in a CPU tensor (the emulator) or a CUDA tensor")
 
 
 def check_tensor(name: str, t, like=None) -> None:
