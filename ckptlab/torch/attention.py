@@ -26,6 +26,10 @@ same forward and backward as attention(), whose other options they lack. Causal 
 aligned to the bottom-right corner, as everywhere in ckptlab: CS336's and Triton's references
 align it to the top-left, the same mask when Nq == Nk.
 
+Under torch.compile (any backend) the same launches run as torch.library custom operators
+(compiled.py), which TorchDynamo records as one call each: compiled models give the eager
+outputs and gradients, bit for bit, with no graph break.
+
 Dropout follows ckptlab's Philox convention: element (b, h, i, j) keeps its value iff Philox
 word ((b*H + h)*Nq + i)*Nk + j of (seed, offset) clears the threshold (ckptlab.rng). Pass seed
 (and offset) to fix the mask; with seed=None and dropout_p > 0 the seed is drawn from torch's
@@ -186,12 +190,25 @@ class _Apply(torch.autograd.Function):
         _check(q, k, v, method, False)
         if not isinstance(warp_specialize, bool | None):
             raise TypeError(f"warp_specialize must be a bool, got {warp_specialize!r}")
-        return _forward(ctx, q, k, v, _Options(is_causal, sm_scale, 0.0, 0, 0, method, False))
+        opts = _Options(is_causal, sm_scale, 0.0, 0, 0, method, False)
+        if torch.compiler.is_compiling():  # torch.compile traces forward and backward: the
+            from ckptlab.torch import compiled  # custom operators, opaque to it (compiled.py)
+
+            _check_options(q, opts)
+            outs = compiled.attention_fwd(*compiled.arguments(q, k, v, opts))
+            ctx.save_for_backward(q, k, v, *outs)
+            ctx.compiled = compiled.arguments(q, k, v, opts)[3:]
+            return outs[0]
+        return _forward(ctx, q, k, v, opts)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dO):  # None for is_causal, sm_scale, warp_specialize (extra Nones are
-        return *_backward(ctx, dO), None, None, None  # dropped for arguments not passed)
+        if getattr(ctx, "compiled", None) is not None:  # dropped for arguments not passed)
+            from ckptlab.torch import compiled
+
+            return *compiled.backward(ctx.saved_tensors, ctx.compiled, dO), None, None, None
+        return *_backward(ctx, dO), None, None, None
 
 
 class FlashAttention(_Apply):
@@ -284,4 +301,26 @@ def _attention(q, k, v, causal, dropout_p, scale, method, deterministic, seed, o
     if seed is None:
         seed = draw_seed(dropout_p)
     opts = _Options(causal, scale, dropout_p, seed, offset, method, deterministic, with_lse)
+    if torch.compiler.is_compiling():  # torch.compile: one opaque operator call (compiled.py)
+        from ckptlab.torch import compiled
+
+        _check_options(q, opts)
+        return compiled.attention(q, k, v, opts)
     return _Attention.apply(q, k, v, opts)
+
+
+def _check_options(q, opts) -> None:
+    """The types an operator's schema takes (bool, float or None, float, int): refused here
+    with the launch wrappers' words, not the schema's. Values are checked by the wrappers
+    when the operator runs (kernels.common.check_options). No NumPy here: TorchDynamo would
+    trace it."""
+    if not isinstance(opts.causal, bool):
+        raise TypeError(f"causal must be a bool, got {opts.causal!r}")
+    if opts.scale is not None and (isinstance(opts.scale, bool) or
+                                   not isinstance(opts.scale, (int, float))):
+        raise ValueError(f"scale must be a finite number or None, got {opts.scale!r}")
+    if isinstance(opts.dropout_p, bool) or not isinstance(opts.dropout_p, (int, float)):
+        raise ValueError(f"dropout_p must be in [0, 1), got {opts.dropout_p!r}")
+    for name, x in (("seed", opts.seed), ("offset", opts.offset)):
+        if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < 2**64:
+            raise ValueError(f"{name} must be an int in [0, 2**64), got {x!r}")
