@@ -106,6 +106,32 @@ def check_environment() -> None:
         config.from_environment()
     except ValueError as e:
         raise UsageError(f"CKPTLAB_EMU_* in the environment: {e}") from None
+    if env.get("CKPTLAB_CACHE_DIR"):
+        check_cache_dir(env["CKPTLAB_CACHE_DIR"])
+
+
+def check_cache_dir(root: str) -> None:
+    """The emulator's cache folder named by CKPTLAB_CACHE_DIR: created if missing (mode 700,
+    as the emulator would), safe (emu.cache.secure_dir's rules) and writable; else one line."""
+    import tempfile
+
+    from ckptlab.emu import cache
+
+    def refuse(why: str):
+        raise UsageError(f"CKPTLAB_CACHE_DIR={root!r}: {why}; point it at a folder of your own, "
+                         "or unset it to use ~/.cache/ckptlab/emu")
+
+    try:
+        path = cache.secure_dir(Path(root))
+    except cache.UnsafeCache as e:
+        refuse(str(e))
+    except OSError as e:
+        refuse(f"cannot create it ({e.strerror})")
+    try:
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        refuse(f"cannot write in it ({e.strerror})")
 
 
 def resolve(rest: list[str]) -> tuple[str, list[str]]:
@@ -123,6 +149,21 @@ def resolve(rest: list[str]) -> tuple[str, list[str]]:
         raise UsageError(f"{PROG}: unknown command {cmd!r}; expected one of "
                          f"{', '.join([*COMMANDS, 'bench'])} (see {PROG} --help)")
     return COMMANDS[cmd], args
+
+
+def run_command(body, argv) -> int:
+    """body(argv) as a command of its own (e.g. `python -m ckptlab.torch.demo`) with this
+    CLI's rules: the environment checked first, usage errors in one line, exit status 2."""
+    try:
+        with _one_line_errors():
+            check_environment()
+            device.target()
+            return int(body(argv) or 0)
+    except (UsageError, device.DeviceError, TooBig) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except SystemExit as e:  # --help: keep its status
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
 
 
 def main(argv=None) -> int:

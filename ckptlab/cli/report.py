@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
 import sys
 from pathlib import Path
@@ -55,18 +56,18 @@ def writable_file(path) -> Path:
     return p
 
 
-def writable_folder(path) -> Path:
+def writable_folder(path, option: str = "--out") -> Path:
     """Create the output folder if needed; refuse (before any work) a path that is a file or
-    cannot be written."""
+    cannot be written. `option` names it in the message."""
     p = Path(path)
     if p.exists() and not p.is_dir():
-        raise UsageError(f"--out {path}: exists and is not a folder")
+        raise UsageError(f"{option} {path}: exists and is not a folder")
     try:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UsageError(f"--out {path}: cannot create it ({e.strerror})") from None
+        raise UsageError(f"{option} {path}: cannot create it ({e.strerror})") from None
     if not os.access(p, os.W_OK):
-        raise UsageError(f"--out {path}: not writable")
+        raise UsageError(f"{option} {path}: not writable")
     return p
 
 
@@ -111,6 +112,28 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def nonnegative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (not nan, not inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
     return value
 
 

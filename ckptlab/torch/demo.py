@@ -176,21 +176,71 @@ def _torchrun(cfg: Config) -> int:
     return 1 if check(result) else 0
 
 
-def main(argv=None) -> int:
+def parse(argv) -> tuple[int, Config]:
+    """(nproc, Config) from the command line; every value checked before any work, as the
+    other commands do (one line, exit status 2): the argument types of ckptlab.cli.report,
+    a model the attention can run, a batch the ranks can split, a schedule that parses and
+    fits the model (checked on the one-process profile)."""
+    from ckptlab.cli.report import nonnegative_int, positive_float, positive_int
+
     p = argparse.ArgumentParser(prog="python -m ckptlab.torch.demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nproc", type=int, default=2, help="processes (ranks), default 2")
+    p.add_argument("--nproc", type=positive_int, default=2,
+                   help=f"processes (ranks), default 2; must divide {tp.Shape().a} (the "
+                        "tensor-parallel block's heads)")
+    types = dict(lr=positive_float, seed=nonnegative_int, schedule=str, attn=str)
     for name, default in asdict(Config()).items():
-        p.add_argument(f"--{name}", type=type(default), default=default)
+        p.add_argument(f"--{name}", type=types.get(name, positive_int), default=default,
+                       help=f"default {default}".replace("%", "%%"),
+                       **({"choices": nets.ATTENTION} if name == "attn" else {}))
     a = vars(p.parse_args(argv))
     nproc = a.pop("nproc")
-    torch.set_num_threads(1)  # the reference run's tensors are tiny: one thread is faster
     cfg = Config(**a)
+    heads = tp.Shape().a
+    if heads % nproc:
+        p.error(f"--nproc {nproc} must divide {heads}, the heads of the tensor-parallel block")
+    if cfg.batch % nproc:
+        p.error(f"--batch {cfg.batch} must be divisible by --nproc {nproc} (each rank takes "
+                "an equal slice)")
+    try:
+        nets.check_shape(cfg.width, cfg.heads, cfg.attn)
+    except ValueError as e:
+        p.error(f"--width {cfg.width} --heads {cfg.heads}: {e}")
+    try:
+        _plan(cfg)
+    except ValueError as e:
+        p.error(f"--schedule {cfg.schedule!r}: {e}")
+    return nproc, cfg
+
+
+def _plan(cfg: Config):
+    """The schedule for the one-process model on the whole batch (what the reference runs):
+    ValueError if the spec does not parse or fit."""
+    g = torch.Generator().manual_seed(cfg.seed + 1)
+    tokens = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq + 1), generator=g)
+    model = nets.GPT(vocab=cfg.vocab, ctx=cfg.seq, width=cfg.width, heads=cfg.heads,
+                     layers=cfg.layers, attn=cfg.attn, seed=cfg.seed)
+    with emu.settings(race_check=False):
+        prof = model.profile(tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
+    return make_schedule(cfg.schedule, cfg.layers, prof)
+
+
+def _main(argv) -> int:
+    torch.set_num_threads(1)  # the reference run's tensors are tiny: one thread is faster
+    nproc, cfg = parse(argv)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         return _torchrun(cfg)
     result = run(nproc, cfg)
     print(report(result))
     return 1 if check(result) else 0
+
+
+def main(argv=None) -> int:
+    """The command: a bad option is one line on stderr and exit status 2 (as in
+    `python -m ckptlab`); a disagreement, or a loss that is not finite, exit status 1."""
+    from ckptlab.cli.main import run_command
+
+    return run_command(_main, sys.argv[1:] if argv is None else list(argv))
 
 
 if __name__ == "__main__":
