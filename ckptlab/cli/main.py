@@ -20,14 +20,13 @@ option, a size that cannot fit, a missing GPU) print one line and exit with stat
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import importlib
 import os
 import sys
 from pathlib import Path
 
 from ckptlab import device
+from ckptlab.args import one_line_errors as _one_line_errors
 from ckptlab.cli.report import TooBig, UsageError
 
 COMMANDS = {  # name -> module whose main(argv) runs it
@@ -44,23 +43,6 @@ BENCHES = {
     "crossing": "ckptlab.cli.bench_crossing",
 }
 PROG = "python -m ckptlab"
-
-
-def _one_line_error(self, message):
-    """argparse's error(), but one line (no usage block): the reason, and where help is."""
-    raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
-
-
-@contextlib.contextmanager
-def _one_line_errors():
-    """Every ArgumentParser in the process (ours and the subcommands') reports one line while the
-    CLI runs; argparse documents overriding error() for exactly this."""
-    saved = argparse.ArgumentParser.error
-    argparse.ArgumentParser.error = _one_line_error
-    try:
-        yield
-    finally:
-        argparse.ArgumentParser.error = saved
 
 
 def split_device(argv: list[str]) -> tuple[str | None, list[str]]:
@@ -149,21 +131,6 @@ def resolve(rest: list[str]) -> tuple[str, list[str]]:
         raise UsageError(f"{PROG}: unknown command {cmd!r}; expected one of "
                          f"{', '.join([*COMMANDS, 'bench'])} (see {PROG} --help)")
     return COMMANDS[cmd], args
-
-
-def run_command(body, argv) -> int:
-    """body(argv) as a command of its own (e.g. `python -m ckptlab.torch.demo`) with this
-    CLI's rules: the environment checked first, usage errors in one line, exit status 2."""
-    try:
-        with _one_line_errors():
-            check_environment()
-            device.target()
-            return int(body(argv) or 0)
-    except (UsageError, device.DeviceError, TooBig) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except SystemExit as e:  # --help: keep its status
-        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
 
 
 def main(argv=None) -> int:

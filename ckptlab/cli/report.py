@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import os
 import sys
 from pathlib import Path
 
 from ckptlab import device
+from ckptlab.args import (  # noqa: F401  (the commands import them from here)
+    UsageError,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+)
 
 BYTES = 4  # fp32
 
@@ -18,10 +23,6 @@ BYTES = 4  # fp32
 class TooBig(ValueError):
     """A requested size would not fit in the memory that is free (or in the launch grid); the
     message says by how much."""
-
-
-class UsageError(Exception):
-    """A mistake on the command line, reported as one line (exit status 2)."""
 
 
 # ---------------------------------------------------------------- CSV
@@ -102,39 +103,6 @@ def int_list(text: str) -> list[int]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
     return values
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
-
-
-def nonnegative_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a finite number > 0 (not nan, not inf)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
-    return value
 
 
 # ---------------------------------------------------------------- memory that is free

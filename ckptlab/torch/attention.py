@@ -40,107 +40,19 @@ same mask. With dropout_p = 0 nothing is drawn.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import functools
-import inspect
 
 import torch
 from torch._C import _functions
 
-from ckptlab import kernels
-from ckptlab.torch import arrays
-
-# the methods whose launch wrappers this ckptlab has, in the order of the controlled experiment
-METHODS = tuple(m for m in ("naive", "stored", "flash") if hasattr(kernels, f"{m}_forward"))
-
-_counters: list = []  # FLOP tallies open in flop_counter()
-
-
-@contextlib.contextmanager
-def flop_counter():
-    """Count attention FLOPs as the engine does: {"forward": 4 B H Nq Nk d per call,
-    "backward": 8 B H Nq Nk d, "recompute": 2 B H Nq Nk d for flash (S = Q K^T again)}."""
-    tally = {"forward": 0, "backward": 0, "recompute": 0}
-    _counters.append(tally)
-    try:
-        yield tally
-    finally:
-        _counters.remove(tally)
-
-
-def _count(phase: str, n: int) -> None:
-    for tally in _counters:
-        tally[phase] += n
-
-
-@dataclasses.dataclass(frozen=True)
-class _Options:
-    causal: bool
-    scale: float | None
-    dropout_p: float
-    seed: int
-    offset: int
-    method: str
-    deterministic: bool
-    with_lse: bool = False  # also return L (B, H, Nq), non-differentiable (fused methods)
-
-
-def _one_head(t):
-    """(B, N, d) -> (B, 1, N, d), a view; a 4-D tensor as it is."""
-    return t.unsqueeze(1) if t.dim() == 3 else t
-
-
-def _caller_rank(a, one_head: bool):
-    """A kernel array (B, 1, ...) as (B, ...) for a one-head call: a view (the arrays are
-    C-contiguous); anything else as it is."""
-    return a.reshape(a.shape[:1] + a.shape[2:]) if one_head and a.ndim >= 2 else a
-
-
-def _forward(ctx, q, k, v, opts: _Options):
-    """The forward every Function here runs: launch, keep the Saved set on ctx (viewed to the
-    caller's rank), count FLOPs. Returns O, and L too when opts.with_lse."""
-    launch = getattr(kernels, f"{opts.method}_forward")
-    one = q.dim() == 3
-    with arrays.on(q) as (to_array, to_tensor):
-        O, saved = launch(*(to_array(_one_head(t)) for t in (q, k, v)), causal=opts.causal,
-                          scale=opts.scale, dropout_p=opts.dropout_p, seed=opts.seed,
-                          offset=opts.offset)
-        out = to_tensor(_caller_rank(O, one))  # (B, H, Nq, d), or (B, Nq, d) for one head
-        held = {name: out if a is O else to_tensor(_caller_rank(a, one))
-                for name, a in saved.tensors.items()}
-    ctx.meta = dataclasses.replace(saved, tensors={})  # options and shapes, no arrays
-    ctx.names, ctx.deterministic = tuple(held), opts.deterministic
-    ctx.kernel_shapes = tuple(tuple(a.shape) for a in saved.tensors.values())
-    ctx.save_for_backward(q, k, v, *held.values())
-    _count("forward", 2 * _matmul_flops(saved.shapes))
-    if not opts.with_lse:
-        return out
-    ctx.mark_non_differentiable(held["L"])  # _attention refused naive, which keeps no L
-    return out, held["L"]
-
-
-def _backward(ctx, dO):
-    """The backward every Function here runs: (dq, dk, dv) in the inputs' shapes."""
-    q, k, v, *held = ctx.saved_tensors
-    method = ctx.meta.method
-    launch = getattr(kernels, f"{method}_backward")
-    kw = ({"deterministic": ctx.deterministic}
-          if "deterministic" in inspect.signature(launch).parameters else {})
-    with arrays.on(q) as (to_array, to_tensor):
-        tensors = {n: to_array(t).reshape(shape)  # back to the kernels' (B, H, ...): a view
-                   for n, t, shape in zip(ctx.names, held, ctx.kernel_shapes, strict=True)}
-        saved = dataclasses.replace(ctx.meta, tensors=tensors)
-        grads = launch(to_array(_one_head(dO.contiguous())),
-                       *(to_array(_one_head(t)) for t in (q, k, v)), saved, **kw)
-        dq, dk, dv = (to_tensor(g.reshape(t.shape)) for g, t in zip(grads, (q, k, v),
-                                                                    strict=True))
-    mm = _matmul_flops(ctx.meta.shapes)
-    _count("backward", 4 * mm)
-    if method == "flash":
-        _count("recompute", mm)  # S = scale Q K^T, again, tile by tile
-    return dq, dk, dv
-
+from ckptlab.torch import arrays, compiled
+from ckptlab.torch.launch import (  # noqa: F401  (METHODS and flop_counter: the API's)
+    METHODS,
+    _backward,
+    _forward,
+    _Options,
+    flop_counter,
+)
 
 TWICE = ("ckptlab's attention backward is not differentiable (it is @once_differentiable: the "
          "kernels' gradients are computed, not traced): double backward, a gradient of "
@@ -192,9 +104,7 @@ class _Apply(torch.autograd.Function):
             raise TypeError(f"warp_specialize must be a bool, got {warp_specialize!r}")
         opts = _Options(is_causal, sm_scale, 0.0, 0, 0, method, False)
         if torch.compiler.is_compiling():  # torch.compile traces forward and backward: the
-            from ckptlab.torch import compiled  # custom operators, opaque to it (compiled.py)
-
-            _check_options(q, opts)
+            _check_options(q, opts)  # custom operators, opaque to it (compiled.py)
             outs = compiled.attention_fwd(*compiled.arguments(q, k, v, opts))
             ctx.save_for_backward(q, k, v, *outs)
             ctx.compiled = compiled.arguments(q, k, v, opts)[3:]
@@ -205,8 +115,6 @@ class _Apply(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dO):  # None for is_causal, sm_scale, warp_specialize (extra Nones are
         if getattr(ctx, "compiled", None) is not None:  # dropped for arguments not passed)
-            from ckptlab.torch import compiled
-
             return *compiled.backward(ctx.saved_tensors, ctx.compiled, dO), None, None, None
         return *_backward(ctx, dO), None, None, None
 
@@ -237,12 +145,6 @@ class NaiveAttention(_Apply):
     @staticmethod
     def forward(ctx, q, k, v, is_causal=False, sm_scale=None, warp_specialize=None):
         return _Apply.run(ctx, q, k, v, is_causal, sm_scale, warp_specialize, "naive")
-
-
-def _matmul_flops(shapes) -> int:
-    """FLOPs of one (Nq x d) @ (d x Nk) product per head: 2 B H Nq Nk d."""
-    B, H, Nq, Nk, d = shapes
-    return 2 * B * H * Nq * Nk * d
 
 
 def _check(q, k, v, method, deterministic) -> None:
@@ -302,8 +204,6 @@ def _attention(q, k, v, causal, dropout_p, scale, method, deterministic, seed, o
         seed = draw_seed(dropout_p)
     opts = _Options(causal, scale, dropout_p, seed, offset, method, deterministic, with_lse)
     if torch.compiler.is_compiling():  # torch.compile: one opaque operator call (compiled.py)
-        from ckptlab.torch import compiled
-
         _check_options(q, opts)
         return compiled.attention(q, k, v, opts)
     return _Attention.apply(q, k, v, opts)

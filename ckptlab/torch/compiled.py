@@ -12,7 +12,7 @@ call, and its fake implementation gives the output shapes without running a kern
 attention.py routes attention() and attention_with_lse() (and so flash_attn_func and the
 varlen functions) here while torch.compile traces them (torch.compiler.is_compiling()); run
 eagerly they keep the autograd.Function, whose saved tensors the ledger measures. Both run the
-same launches (attention._forward / _backward), so compiled and eager outputs and gradients
+same launches (launch._forward / _backward), so compiled and eager outputs and gradients
 are the same bits. Seeds and offsets are 64-bit unsigned, an operator's int is signed: each is
 passed as two 32-bit halves.
 """
@@ -23,6 +23,8 @@ import types
 
 import numpy as np
 import torch
+
+from ckptlab.torch.launch import _backward, _forward, _Options
 
 SAVED = {"naive": ("P",), "stored": ("O", "L", "S"), "flash": ("O", "L")}
 
@@ -42,14 +44,14 @@ def _shapes(q, k) -> tuple:
 
 
 def _held_shape(name: str, q, k) -> tuple:
-    """A saved tensor's shape at the caller's rank (attention._caller_rank)."""
+    """A saved tensor's shape at the caller's rank (launch._caller_rank)."""
     B, H, Nq, Nk, d = _shapes(q, k)
     lead = (B, H) if q.dim() == 4 else (B,)
     return lead + {"O": (Nq, d), "L": (Nq,), "S": (Nq, Nk), "P": (Nq, Nk)}[name]
 
 
 class _Ctx(types.SimpleNamespace):
-    """What attention._forward / _backward use of an autograd ctx, outside autograd."""
+    """What launch._forward / _backward use of an autograd ctx, outside autograd."""
 
     def save_for_backward(self, *tensors):
         self.saved_tensors = tensors
@@ -63,8 +65,6 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
                   scale: float | None, dropout_p: float, seed_hi: int, seed_lo: int,
                   offset_hi: int, offset_lo: int, method: str,
                   deterministic: bool) -> list[torch.Tensor]:
-    from ckptlab.torch.attention import _forward, _Options
-
     ctx = _Ctx()
     opts = _Options(causal, scale, dropout_p, join64(seed_hi, seed_lo),
                     join64(offset_hi, offset_lo), method, deterministic)
@@ -87,7 +87,6 @@ def attention_bwd(dO: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
                   dropout_p: float, seed_hi: int, seed_lo: int, offset_hi: int,
                   offset_lo: int, method: str, deterministic: bool) -> list[torch.Tensor]:
     from ckptlab.kernels.common import Saved
-    from ckptlab.torch.attention import _backward
 
     B, H, Nq, Nk, d = shapes = _shapes(q, k)
     names = SAVED[method]

@@ -30,6 +30,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ckptlab import emu
+from ckptlab.args import nonnegative_int, positive_float, positive_int, run_command
 from ckptlab.torch import dist as cdist
 from ckptlab.torch import nets
 from ckptlab.torch import tensor_parallel as tp
@@ -181,8 +182,6 @@ def parse(argv) -> tuple[int, Config]:
     other commands do (one line, exit status 2): the argument types of ckptlab.cli.report,
     a model the attention can run, a batch the ranks can split, a schedule that parses and
     fits the model (checked on the one-process profile)."""
-    from ckptlab.cli.report import nonnegative_int, positive_float, positive_int
-
     p = argparse.ArgumentParser(prog="python -m ckptlab.torch.demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nproc", type=positive_int, default=2,
@@ -238,8 +237,6 @@ def _main(argv) -> int:
 def main(argv=None) -> int:
     """The command: a bad option is one line on stderr and exit status 2 (as in
     `python -m ckptlab`); a disagreement, or a loss that is not finite, exit status 1."""
-    from ckptlab.cli.main import run_command
-
     return run_command(_main, sys.argv[1:] if argv is None else list(argv))
 
 
