@@ -5,8 +5,8 @@ never above (tests/test_layout.py enforces it, and that no two modules import ea
 cycle). From the bottom:
 
     cdefs, emu            constants shared with C++; the CPU emulator (runs kernels/*.cu)
-    device, rng,          the target ("cuda" | "emu"), Philox, the float64 truths
-      reference
+    device, rng,          the target ("cuda" | "emu"), Philox, the float64 truths, the
+      reference, args     command lines' argument types and one-line usage errors
     kernels               launch wrappers and the one table of tiles and limits
     measure               timers, ncu, traffic models, roofline, plots, at_scale
     engine                the autograd engine: Tensor, tape, ops, layers
@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 # The layers, bottom first: each entry names packages or modules of ckptlab.
 LAYERS = (
     ("cdefs", "emu"),
-    ("device", "rng", "reference"),
+    ("device", "rng", "reference", "args"),
     ("kernels",),
     ("measure",),
     ("engine",),

@@ -27,7 +27,13 @@ import numpy as np
 
 from ckptlab import device, engine, measure, models
 from ckptlab.cli.hand_step import hand_step
-from ckptlab.cli.report import check_bytes, positive_int, writable_file, write_csv
+from ckptlab.cli.report import (
+    check_bytes,
+    positive_int,
+    writable_file,
+    writable_folder,
+    write_csv,
+)
 from ckptlab.engine import Tensor
 from ckptlab.measure import plots
 from ckptlab.recompute import ledger, schedules
@@ -336,6 +342,8 @@ def main(argv=None) -> int:
         p.error(f"--width {a.width} must be divisible by --heads {a.heads}")
     if a.csv:
         writable_file(a.csv)
+    if a.png:
+        writable_folder(a.png, "--png")
     check_bytes(bytes_at_least(a.model, layers=layers, width=a.width, batch=batch, seq=a.seq),
                 f"one step of the {a.model} at L={layers} width={a.width} batch={batch}",
                 hint="choose a smaller --batch, --width or --layers")

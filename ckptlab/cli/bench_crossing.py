@@ -30,7 +30,7 @@ import argparse
 import sys
 
 from ckptlab import device, kernels
-from ckptlab.cli.report import int_list, write_csv
+from ckptlab.cli.report import int_list, writable_file, write_csv
 from ckptlab.measure import roofline, timemodel
 
 DTYPES = ("fp32", "bf16")  # what the sweep may ask for (bf16: the tensor-core kernels)
@@ -143,6 +143,11 @@ def main(argv=None) -> int:
         gpus = [roofline.spec(g)["name"] for g in a.gpus.split(",") if g.strip()]
     except ValueError as e:
         p.error(str(e))
+    if not gpus:
+        p.error(f"--gpus: expected comma-separated GPU names from {list(roofline.SPECS)}, got "
+                f"{a.gpus!r}")
+    if a.csv:
+        writable_file(a.csv)
     if min(a.n, a.batch, a.heads) < 1:
         p.error("--n, --batch and --heads must be >= 1")
     if a.measure and device.target() != "cuda":

@@ -28,7 +28,7 @@ import sys
 import numpy as np
 
 from ckptlab import device, emu
-from ckptlab.cli.report import positive_int, writable_file, write_csv
+from ckptlab.cli.report import check_bytes, positive_int, writable_file, write_csv
 from ckptlab.kernels.table import SGEMM_TILE as TILE
 from ckptlab.kernels.table import WMMA_TILE
 
@@ -151,6 +151,9 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.csv:
         writable_file(a.csv)
+    # A, B and C fp32 (size x size) for the SGEMM; the wmma run's bf16 A, B and fp32 C less
+    check_bytes(3 * a.size * a.size * 4, f"the {a.size}^3 GEMM's three fp32 matrices",
+                target="emu", hint="choose a smaller --size")
     workers = (1, None)
     if a.workers:
         try:

@@ -19,7 +19,7 @@ import argparse
 import numpy as np
 
 from ckptlab import emu
-from ckptlab.cli.report import write_csv
+from ckptlab.cli.report import positive_int, writable_file, write_csv
 
 
 def run(attns=("flash", "math"), layers: int = 4, width: int = 64, heads: int = 4,
@@ -93,25 +93,31 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--attn", default="flash,naive,math",
                    help="comma-separated: ckptlab methods (naive, flash, ...), math, sdpa")
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--width", type=int, default=64)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--seq", type=int, default=64)
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    p.add_argument("--layers", type=positive_int, default=4)
+    p.add_argument("--width", type=positive_int, default=64)
+    p.add_argument("--heads", type=positive_int, default=4)
+    p.add_argument("--seq", type=positive_int, default=64)
+    p.add_argument("--batch", type=positive_int, default=4)
+    p.add_argument("--repeats", type=positive_int, default=7)
+    p.add_argument("--threads", type=positive_int, default=1,
+                   help="torch.set_num_threads (default 1)")
     p.add_argument("--emu-mode", choices=["fast", "counted"], default="fast")
     p.add_argument("--csv", metavar="FILE", help="also write the rows as CSV")
     a = p.parse_args(argv)
     try:
-        from ckptlab.torch.nets import ATTENTION
+        from ckptlab.torch.nets import ATTENTION, check_shape
     except ImportError as e:
         p.error(str(e))
     attns = [s.strip() for s in a.attn.split(",") if s.strip()]
     if not attns or any(s not in ATTENTION for s in attns):
         p.error(f"--attn: expected names from {list(ATTENTION)}, got {a.attn!r}")
-    if min(a.layers, a.width, a.heads, a.seq, a.batch, a.repeats, a.threads) < 1:
-        p.error("--layers, --width, --heads, --seq, --batch, --repeats, --threads must be >= 1")
+    for attn in attns:
+        try:
+            check_shape(a.width, a.heads, attn)
+        except ValueError as e:
+            p.error(f"--width {a.width} --heads {a.heads}: {e}")
+    if a.csv:
+        writable_file(a.csv)
     rows = run(attns, a.layers, a.width, a.heads, a.seq, a.batch, a.repeats, a.threads,
                a.emu_mode)
     print(table(rows))

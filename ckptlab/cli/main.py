@@ -22,14 +22,13 @@ option, a size that cannot fit, a missing GPU) print one line and exit with stat
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import importlib
 import os
 import sys
 from pathlib import Path
 
 from ckptlab import device
+from ckptlab.args import one_line_errors as _one_line_errors
 from ckptlab.cli.report import TooBig, UsageError
 
 COMMANDS = {  # name -> module whose main(argv) runs it
@@ -47,23 +46,6 @@ BENCHES = {
     "crossing": "ckptlab.cli.bench_crossing",
 }
 PROG = "python -m ckptlab"
-
-
-def _one_line_error(self, message):
-    """argparse's error(), but one line (no usage block): the reason, and where help is."""
-    raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
-
-
-@contextlib.contextmanager
-def _one_line_errors():
-    """Every ArgumentParser in the process (ours and the subcommands') reports one line while the
-    CLI runs; argparse documents overriding error() for exactly this."""
-    saved = argparse.ArgumentParser.error
-    argparse.ArgumentParser.error = _one_line_error
-    try:
-        yield
-    finally:
-        argparse.ArgumentParser.error = saved
 
 
 def split_device(argv: list[str]) -> tuple[str | None, list[str]]:
@@ -109,6 +91,32 @@ def check_environment() -> None:
         config.from_environment()
     except ValueError as e:
         raise UsageError(f"CKPTLAB_EMU_* in the environment: {e}") from None
+    if env.get("CKPTLAB_CACHE_DIR"):
+        check_cache_dir(env["CKPTLAB_CACHE_DIR"])
+
+
+def check_cache_dir(root: str) -> None:
+    """The emulator's cache folder named by CKPTLAB_CACHE_DIR: created if missing (mode 700,
+    as the emulator would), safe (emu.cache.secure_dir's rules) and writable; else one line."""
+    import tempfile
+
+    from ckptlab.emu import cache
+
+    def refuse(why: str):
+        raise UsageError(f"CKPTLAB_CACHE_DIR={root!r}: {why}; point it at a folder of your own, "
+                         "or unset it to use ~/.cache/ckptlab/emu")
+
+    try:
+        path = cache.secure_dir(Path(root))
+    except cache.UnsafeCache as e:
+        refuse(str(e))
+    except OSError as e:
+        refuse(f"cannot create it ({e.strerror})")
+    try:
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        refuse(f"cannot write in it ({e.strerror})")
 
 
 def resolve(rest: list[str]) -> tuple[str, list[str]]:

@@ -10,6 +10,12 @@ import sys
 from pathlib import Path
 
 from ckptlab import device
+from ckptlab.args import (  # noqa: F401  (the commands import them from here)
+    UsageError,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+)
 
 BYTES = 4  # fp32
 
@@ -17,10 +23,6 @@ BYTES = 4  # fp32
 class TooBig(ValueError):
     """A requested size would not fit in the memory that is free (or in the launch grid); the
     message says by how much."""
-
-
-class UsageError(Exception):
-    """A mistake on the command line, reported as one line (exit status 2)."""
 
 
 # ---------------------------------------------------------------- CSV
@@ -55,18 +57,18 @@ def writable_file(path) -> Path:
     return p
 
 
-def writable_folder(path) -> Path:
+def writable_folder(path, option: str = "--out") -> Path:
     """Create the output folder if needed; refuse (before any work) a path that is a file or
-    cannot be written."""
+    cannot be written. `option` names it in the message."""
     p = Path(path)
     if p.exists() and not p.is_dir():
-        raise UsageError(f"--out {path}: exists and is not a folder")
+        raise UsageError(f"{option} {path}: exists and is not a folder")
     try:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UsageError(f"--out {path}: cannot create it ({e.strerror})") from None
+        raise UsageError(f"{option} {path}: cannot create it ({e.strerror})") from None
     if not os.access(p, os.W_OK):
-        raise UsageError(f"--out {path}: not writable")
+        raise UsageError(f"{option} {path}: not writable")
     return p
 
 
@@ -101,17 +103,6 @@ def int_list(text: str) -> list[int]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
     return values
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
 
 
 # ---------------------------------------------------------------- memory that is free

@@ -38,8 +38,9 @@ class Saved:
 
 
 # ---- validation ---------------------------------------------------------------------------
-def check_array(name: str, a, shape=None) -> None:
-    """An fp32, C-contiguous array of the target, of rank 4 (or of `shape`, when given)."""
+def check_array(name: str, a, shape=None, dtype=np.float32) -> None:
+    """An fp32 (or `dtype`), C-contiguous array of the target, of rank 4 (or of `shape`, when
+    given)."""
     target = device.target()
     if isinstance(a, np.ma.MaskedArray):
         raise TypeError(f"{name} is a NumPy masked array: the kernels would ignore its mask; "
@@ -47,7 +48,9 @@ def check_array(name: str, a, shape=None) -> None:
     if not device.is_device_array(a):
         raise TypeError(f"{name} must be a {device.xp().__name__} array on the {target!r} "
                         f"target, got {type(a).__module__}.{type(a).__name__}")
-    if a.dtype != np.float32:
+    if dtype != np.float32 and a.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {np.dtype(dtype)}, got {a.dtype}")
+    if dtype == np.float32 and a.dtype != np.float32:
         hint = (" (this kernel is fp32 only; float16 and bfloat16 run on tensor cores with "
                 "method 'stored' or 'flash')" if a.dtype.itemsize == 2 and a.dtype.kind in "fV"
                 else "")
@@ -120,7 +123,11 @@ def check_tiles(tiles, d: int, shared_bytes, what: str) -> tuple:
     return int(Br), int(Bc)
 
 
-def check_saved(saved, method: str, B, H, Nq, Nk, d) -> None:
+def check_saved(saved, method: str, B, H, Nq, Nk, d, dtype=np.float32) -> None:
+    """`saved` is what `method`'s forward returned for these shapes: every array the backward
+    reads is there, of its shape, C-contiguous, of the target; O in the inputs' `dtype`
+    (float16 / bfloat16 on the tensor-core path), L, S and P fp32. The one check for every
+    method and dtype."""
     if not isinstance(saved, Saved) or saved.method != method:
         got = saved.method if isinstance(saved, Saved) else type(saved).__name__
         raise TypeError(f"saved must be what {method}_forward returned, got {got}")
@@ -136,7 +143,8 @@ def check_saved(saved, method: str, B, H, Nq, Nk, d) -> None:
         got = sorted(saved.tensors) if isinstance(saved.tensors, dict) else saved.tensors
         raise ValueError(f"saved holds {got}; {method}_backward reads {sorted(need)}")
     for name, shape in need.items():
-        check_array(f"saved {name}", saved.tensors[name], shape)
+        check_array(f"saved {name}", saved.tensors[name], shape,
+                    dtype if name == "O" else np.float32)
     check_options(saved.causal, saved.scale, saved.dropout_p, saved.seed, saved.offset, d)
 
 

@@ -22,7 +22,7 @@ import ml_dtypes
 import numpy as np
 
 from ckptlab import device
-from ckptlab.kernels.common import Saved, ceil_div, check_options, dropout_args
+from ckptlab.kernels.common import Saved, ceil_div, check_options, check_saved, dropout_args
 from ckptlab.kernels.nvrtc import cuda_include_options
 from ckptlab.kernels.table import (
     SHARED_LIMIT,
@@ -169,14 +169,14 @@ def tc_backward(dO, q, k, v, saved, deterministic=False, *, tiles=None, method=N
     B, H, Nq, Nk, d, dtype = check_qkv(q, k, v)
     check_array("dO", dO, dtype, (B, H, Nq, d))
     if not isinstance(saved, Saved) or saved.method not in METHODS:
-        raise TypeError(f"saved must be what tc_forward returned, got {saved!r}")
+        got = saved.method if isinstance(saved, Saved) else type(saved).__name__
+        raise TypeError(f"saved must be what tc_forward returned, got {got}")
     if method is not None and saved.method != method:
         raise TypeError(f"saved must be what {method}_forward returned, got {saved.method}")
-    if saved.shapes != (B, H, Nq, Nk, d):
-        raise ValueError(f"saved was made for (B, H, Nq, Nk, d) = {saved.shapes}, but q, k, v "
-                         f"give {(B, H, Nq, Nk, d)}")
-    if saved.tensors["O"].dtype != dtype:
-        raise TypeError(f"saved holds a forward in {saved.tensors['O'].dtype}, but q is {dtype}")
+    O = saved.tensors.get("O") if isinstance(saved.tensors, dict) else None
+    if is_16bit(O) and O.dtype != dtype:
+        raise TypeError(f"saved holds a forward in {O.dtype}, but q is {dtype}")
+    check_saved(saved, saved.method, B, H, Nq, Nk, d, dtype)
     if not isinstance(deterministic, (bool, np.bool_)):
         raise TypeError(f"deterministic must be a bool, got {deterministic!r}")
     method, deterministic = saved.method, bool(deterministic)

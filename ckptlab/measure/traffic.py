@@ -1,8 +1,7 @@
 """Analytic HBM bytes and FLOPs of every attention kernel launch, per pointer argument.
 
-These are the "modeled" numbers (docs/design.md, "Measurement"): each formula follows the loads and
-stores the kernel source issues, so the emulator's counts must equal them exactly
-(tests/test_attention_traffic.py, tests/test_traffic_unique.py). Two byte counts per argument:
+The "modeled" numbers (docs/design.md, "Measurement"): each formula follows the kernel's loads
+and stores, so the emulator's counts equal them exactly (tests/test_*traffic*.py). Per argument:
     counted  every global-memory request, no cache: an operand tile that a second block loads
              again counts again (read, write; atomics apart). An upper bound on DRAM traffic.
     unique   the distinct bytes a launch touches: unique_read, unique_write (plain loads and
@@ -13,11 +12,10 @@ stores the kernel source issues, so the emulator's counts must equal them exactl
 Real DRAM traffic (Nsight Compute's dram__bytes) lies between the two. One caveat: a counted
 atomicAdd is 4 bytes an operation, a unique one 8 (read and written back), so where each address
 gets a single add (one key tile) dQ's unique bytes exceed its counted ones; per direction
-(unique read <= counted read + atomic bytes, likewise written) the bracket always holds.
+(unique read <= counted read + atomic bytes, likewise written) the bracket holds.
 
 Bytes: fp32 everywhere (4 bytes an element); per (b, h), times B*H.
-    naive matmul tile T = NAIVE_TILE: C = A B with A (M x K), B (K x N) reads A ceil(N/T)
-    times and B ceil(M/T) times, and writes C once.
+    naive matmul, tile T = NAIVE_TILE: C = A B reads A ceil(N/T), B ceil(M/T) times, C once.
     fused (stored and flash): K/V (forward, dq) or Q/dO/L/D (dkdv) are read once per visited
     tile pair (tile_pairs), which is all Tr * Tc pairs unless causal; stored also writes S once
     (one float per visible (i, j)) and each backward kernel reads it once; its dq kernel reads no

@@ -5,12 +5,16 @@ holding x. Its backward re-runs fn with grad on a detached copy of x (the RNG st
 so dropout redraws the same masks), backpropagates through that local graph, and hands x its
 gradient. Nested checkpoints work: a recompute builds inner checkpoint nodes in turn.
 Arguments that are not Tensors (None, numbers, ...) pass through to fn as they are; fn may
-return one Tensor or a tuple (Tensors and other values), as torch.utils.checkpoint allows.
+return anything, as torch.utils.checkpoint(use_reentrant=False) allows: a Tensor, a tuple
+(Tensors and other values), or no Tensor at all (returned as it is). As there, an output
+requires grad only if it was computed from a tensor that does (an input, or a parameter fn
+reads), and an input returned unchanged is returned as itself.
 run_plan runs a chain of blocks as a plan (ckptlab.recompute.plan) says.
 """
 
 from __future__ import annotations
 
+import weakref
 import zlib
 
 import numpy as np
@@ -69,7 +73,7 @@ def checkpoint(fn, *args, preserve_rng_state: bool = True, determinism_check: st
                          f"{determinism_check!r}")
     policy = resolve_policy(policy) if policy is not None else None
     if not tape.is_grad_enabled():
-        return _outputs(fn(*args))[0]
+        return fn(*args)
     if tape.current_store() is not None:
         raise RuntimeError("checkpoint: a checkpoint inside a selective checkpoint's recompute "
                            "is not supported (the replayed values would be misattributed)")
@@ -79,15 +83,18 @@ def checkpoint(fn, *args, preserve_rng_state: bool = True, determinism_check: st
     rng_state = tape.rng_state()
     recompute_ops = tape.recompute_ops()  # the recompute runs its ops as the first pass did
     store = tape.ValueStore(policy) if policy is not None else None
-    with tape.no_grad(), tape.storing(store), tape.tracing(tape.Trace()) as first:
+    with tape.no_grad(), tape.storing(store), tape.tracing(_Taint()) as first:
         y, outs = _outputs(fn(*args))
+    # what PyTorch's first pass (run with grad) would give each output: a gradient only if it
+    # was computed from a tensor that requires grad; an input returned as it is stays itself
+    wants = [not _is_input(o, tensors) and first.carries(o) for o in outs]
     if check:
         _same_inputs(tensors, sums, "fn changed it in place during the first forward")
     stored = [v for _, v in store.values] if store is not None else []
     kept = [o.data for o in outs] if determinism_check == "value" else None
     meta = [(o.shape, o.dtype) for o in outs]
-    if not first.grad and not any(x.requires_grad for x in tensors):
-        return y  # nothing here wants a gradient: no node, as PyTorch's output would have none
+    if not any(wants):  # no output wants a gradient: no node, as PyTorch's would have none
+        return y
 
     def recompute(grads):
         if check:
@@ -110,8 +117,8 @@ def checkpoint(fn, *args, preserve_rng_state: bool = True, determinism_check: st
             store.check_used_all()
         if check:
             _check(first.ops, second.ops, meta, outs2, kept)
-        pairs = [(o.node, g) for o, g in zip(outs2, grads, strict=True)
-                 if o.node is not None and g is not None]
+        pairs = [(o.node, g) for o, g, w in zip(outs2, grads, wants, strict=True)
+                 if w and o.node is not None and g is not None]
         if pairs:
             tape.backward([n for n, _ in pairs], [g for _, g in pairs])
         tape.free(o.node for o in outs2 if o.node is not None)  # outputs no gradient reached
@@ -125,7 +132,7 @@ def checkpoint(fn, *args, preserve_rng_state: bool = True, determinism_check: st
                        force=True, kind="checkpoint")  # the snapshot: inputs held until backward
             hub = out.node
         else:
-            hub, out = _tuple_node(y, outs, tensors, recompute)
+            hub, out = _tuple_node(y, outs, wants, tensors, recompute)
     led = tape.current_ledger()
     extra = stored + (kept or [])
     if led is not None and extra:
@@ -133,9 +140,10 @@ def checkpoint(fn, *args, preserve_rng_state: bool = True, determinism_check: st
     return out
 
 
-def _tuple_node(y: tuple, outs: list, tensors: list, recompute):
+def _tuple_node(y: tuple, outs: list, wants: list, tensors: list, recompute):
     """A tuple output: one node holds the snapshot and recomputes once, with the gradients of
-    all outputs; each output Tensor gets a node that hands its gradient to that one."""
+    all outputs; each output Tensor that wants a gradient gets a node that hands its gradient
+    to that one (the others are returned as they are: no gradient, or the input itself)."""
     grads = [None] * len(outs)
     hub = make(outs[0].data if outs else np.zeros(()), "checkpoint", tensors,
                lambda _: recompute(grads), saved=tensors, force=True, kind="checkpoint").node
@@ -149,7 +157,10 @@ def _tuple_node(y: tuple, outs: list, tensors: list, recompute):
 
     result, k = [], 0
     for item in y:
-        if isinstance(item, Tensor):
+        if isinstance(item, Tensor) and not wants[k]:
+            result.append(item)
+            k += 1
+        elif isinstance(item, Tensor):
             t = Tensor._wrap(item.data)
             t.node = tape.Node("checkpoint output", (hub,), hand_over(k), item.data.shape)
             result.append(t)
@@ -168,13 +179,48 @@ def _local(x: Tensor) -> Tensor:
 
 
 def _outputs(y) -> tuple:
-    """(y, the Tensors in it): fn returns a Tensor, or a tuple holding at least one."""
+    """(y, the Tensors in it): y itself, or the Tensors of a tuple (none: [])."""
     outs = [y] if isinstance(y, Tensor) else \
         [t for t in y if isinstance(t, Tensor)] if isinstance(y, tuple) else []
-    if not outs:
-        raise TypeError(f"checkpoint: fn must return a Tensor or a tuple with Tensors in it, "
-                        f"got {type(y).__name__}")
     return y, outs
+
+
+def _is_input(o: Tensor, tensors: list) -> bool:
+    return any(o is x for x in tensors)
+
+
+class _Taint(tape.Trace):
+    """The first pass's trace, which also follows which arrays were computed from a tensor
+    that requires grad (one with a node, or an array computed from one), by weak reference:
+    what decides, as PyTorch's graph would, whether an output wants a gradient."""
+
+    __slots__ = ("tainted",)
+
+    def __init__(self):
+        super().__init__()
+        self.tainted = {}  # id(array) -> weakref to it (its id may be reused once it is freed)
+
+    def _marked(self, data) -> bool:
+        ref = self.tainted.get(id(data))
+        return ref is not None and ref() is data
+
+    def carries(self, t: Tensor) -> bool:
+        """t requires grad, or was computed from a tensor that does."""
+        return t.node is not None or self._marked(t.data)
+
+    def record(self, name: str, data, inputs) -> None:
+        super().record(name, data, inputs)
+        if any(self.carries(t) for t in inputs):
+            key, marks = id(data), self.tainted
+
+            def forget(ref, key=key):  # the array is freed: its id may be reused
+                if marks.get(key) is ref:
+                    del marks[key]
+
+            try:
+                marks[key] = weakref.ref(data, forget)
+            except TypeError:  # an array type without weak references: hold it
+                marks[key] = lambda data=data: data
 
 
 def _checksum(a):

@@ -11,6 +11,9 @@ more than one process on PyTorch's own distributed engine.
     attention.py  the kernels as a torch.autograd.Function; what it saves is the kernel's Saved;
                   (B, N, d) inputs as one head; FlashAttention / StoredAttention /
                   NaiveAttention.apply(q, k, v, is_causal), Stanford CS336's call
+    launch.py     the launches both run, with an autograd ctx or without; flop_counter
+    compiled.py   the same kernels as torch.library custom operators, which torch.compile
+                  records as one call each (attention.py routes to them while it traces)
     flash_attn.py flash_attn_func, _qkvpacked_func, _kvpacked_func: FlashAttention 2's interface
                   (layout, MQA / GQA, softmax_lse, S_dmask) over the flash kernels
     flash_attn_varlen.py  flash_attn_varlen_func and its packed forms: sequences of different

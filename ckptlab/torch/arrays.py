@@ -24,12 +24,28 @@ _VIEWABLE = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
-def check_tensor(name: str, t, like=None) -> None:
-    """What only a torch tensor can get wrong; the launch wrappers check the rest (dtype,
-    rank, shape, contiguity) with their own messages."""
+def check_dense(name: str, t) -> None:
+    """t is a torch.Tensor the kernels can read: dense (strided layout, not nested), with data
+    on a CPU or a CUDA device. Each other kind is named, with what to pass instead."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__module__}."
                         f"{type(t).__name__}")
+    if t.is_nested:
+        raise TypeError(f"{name} is a nested tensor (torch.nested): the kernels take dense "
+                        f"tensors; pad it ({name}.to_padded_tensor(0.0)) or pack its sequences "
+                        "for flash_attn_varlen_func")
+    if t.layout != torch.strided:
+        raise TypeError(f"{name} must be a dense tensor (layout torch.strided), got layout "
+                        f"{t.layout}: pass {name}.to_dense()")
+    if t.device.type == "meta":
+        raise ValueError(f"{name} is a meta tensor (device meta: shapes, no data): the kernels "
+                         "need its values, in a CPU tensor (the emulator) or a CUDA tensor")
+
+
+def check_tensor(name: str, t, like=None) -> None:
+    """What only a torch tensor can get wrong; the launch wrappers check the rest (dtype,
+    rank, shape, contiguity) with their own messages."""
+    check_dense(name, t)
     if like is not None and t.device != like.device:
         raise ValueError(f"{name} must be on q's device {like.device}, got {t.device}")
     if t.device.type not in ("cpu", "cuda"):

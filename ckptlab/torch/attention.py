@@ -26,6 +26,10 @@ same forward and backward as attention(), whose other options they lack. Causal 
 aligned to the bottom-right corner, as everywhere in ckptlab: CS336's and Triton's references
 align it to the top-left, the same mask when Nq == Nk.
 
+Under torch.compile (any backend) the same launches run as torch.library custom operators
+(compiled.py), which TorchDynamo records as one call each: compiled models give the eager
+outputs and gradients, bit for bit, with no graph break.
+
 Dropout follows ckptlab's Philox convention: element (b, h, i, j) keeps its value iff Philox
 word ((b*H + h)*Nq + i)*Nk + j of (seed, offset) clears the threshold (ckptlab.rng). Pass seed
 (and offset) to fix the mask; with seed=None and dropout_p > 0 the seed is drawn from torch's
@@ -36,105 +40,43 @@ same mask. With dropout_p = 0 nothing is drawn.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import inspect
+import functools
 
 import torch
-from torch.autograd.function import once_differentiable
+from torch._C import _functions
 
-from ckptlab import kernels
-from ckptlab.torch import arrays
+from ckptlab.torch import arrays, compiled
+from ckptlab.torch.launch import (  # noqa: F401  (METHODS and flop_counter: the API's)
+    METHODS,
+    _backward,
+    _forward,
+    _Options,
+    flop_counter,
+)
 
-# the methods whose launch wrappers this ckptlab has, in the order of the controlled experiment
-METHODS = tuple(m for m in ("naive", "stored", "flash") if hasattr(kernels, f"{m}_forward"))
-
-_counters: list = []  # FLOP tallies open in flop_counter()
-
-
-@contextlib.contextmanager
-def flop_counter():
-    """Count attention FLOPs as the engine does: {"forward": 4 B H Nq Nk d per call,
-    "backward": 8 B H Nq Nk d, "recompute": 2 B H Nq Nk d for flash (S = Q K^T again)}."""
-    tally = {"forward": 0, "backward": 0, "recompute": 0}
-    _counters.append(tally)
-    try:
-        yield tally
-    finally:
-        _counters.remove(tally)
+TWICE = ("ckptlab's attention backward is not differentiable (it is @once_differentiable: the "
+         "kernels' gradients are computed, not traced): double backward, a gradient of "
+         "gradients taken with create_graph=True, is not supported")
 
 
-def _count(phase: str, n: int) -> None:
-    for tally in _counters:
-        tally[phase] += n
+def once_differentiable(backward):
+    """torch.autograd.function.once_differentiable, but the error is attached whenever the
+    graph of the gradients is built (create_graph=True), not only when dO requires grad: dO
+    of out.sum() does not, and a second backward then met PyTorch's generic "does not require
+    grad" instead of this reason."""
+    @functools.wraps(backward)
+    def wrapper(ctx, *args):
+        with torch.no_grad():
+            grads = backward(ctx, *args)
+        if not torch.is_grad_enabled():
+            return grads
+        err = _functions.DelayedError(TWICE.encode(), len(grads))
 
+        def alias(g):  # a detached alias that requires grad, so err_fn becomes its grad_fn
+            return g if g is None else g.detach().requires_grad_(True)
 
-@dataclasses.dataclass(frozen=True)
-class _Options:
-    causal: bool
-    scale: float | None
-    dropout_p: float
-    seed: int
-    offset: int
-    method: str
-    deterministic: bool
-    with_lse: bool = False  # also return L (B, H, Nq), non-differentiable (fused methods)
-
-
-def _one_head(t):
-    """(B, N, d) -> (B, 1, N, d), a view; a 4-D tensor as it is."""
-    return t.unsqueeze(1) if t.dim() == 3 else t
-
-
-def _caller_rank(a, one_head: bool):
-    """A kernel array (B, 1, ...) as (B, ...) for a one-head call: a view (the arrays are
-    C-contiguous); anything else as it is."""
-    return a.reshape(a.shape[:1] + a.shape[2:]) if one_head and a.ndim >= 2 else a
-
-
-def _forward(ctx, q, k, v, opts: _Options):
-    """The forward every Function here runs: launch, keep the Saved set on ctx (viewed to the
-    caller's rank), count FLOPs. Returns O, and L too when opts.with_lse."""
-    launch = getattr(kernels, f"{opts.method}_forward")
-    one = q.dim() == 3
-    with arrays.on(q) as (to_array, to_tensor):
-        O, saved = launch(*(to_array(_one_head(t)) for t in (q, k, v)), causal=opts.causal,
-                          scale=opts.scale, dropout_p=opts.dropout_p, seed=opts.seed,
-                          offset=opts.offset)
-        out = to_tensor(_caller_rank(O, one))  # (B, H, Nq, d), or (B, Nq, d) for one head
-        held = {name: out if a is O else to_tensor(_caller_rank(a, one))
-                for name, a in saved.tensors.items()}
-    ctx.meta = dataclasses.replace(saved, tensors={})  # options and shapes, no arrays
-    ctx.names, ctx.deterministic = tuple(held), opts.deterministic
-    ctx.kernel_shapes = tuple(tuple(a.shape) for a in saved.tensors.values())
-    ctx.save_for_backward(q, k, v, *held.values())
-    _count("forward", 2 * _matmul_flops(saved.shapes))
-    if not opts.with_lse:
-        return out
-    ctx.mark_non_differentiable(held["L"])  # _attention refused naive, which keeps no L
-    return out, held["L"]
-
-
-def _backward(ctx, dO):
-    """The backward every Function here runs: (dq, dk, dv) in the inputs' shapes."""
-    q, k, v, *held = ctx.saved_tensors
-    method = ctx.meta.method
-    launch = getattr(kernels, f"{method}_backward")
-    kw = ({"deterministic": ctx.deterministic}
-          if "deterministic" in inspect.signature(launch).parameters else {})
-    with arrays.on(q) as (to_array, to_tensor):
-        tensors = {n: to_array(t).reshape(shape)  # back to the kernels' (B, H, ...): a view
-                   for n, t, shape in zip(ctx.names, held, ctx.kernel_shapes, strict=True)}
-        saved = dataclasses.replace(ctx.meta, tensors=tensors)
-        grads = launch(to_array(_one_head(dO.contiguous())),
-                       *(to_array(_one_head(t)) for t in (q, k, v)), saved, **kw)
-        dq, dk, dv = (to_tensor(g.reshape(t.shape)) for g, t in zip(grads, (q, k, v),
-                                                                    strict=True))
-    mm = _matmul_flops(ctx.meta.shapes)
-    _count("backward", 4 * mm)
-    if method == "flash":
-        _count("recompute", mm)  # S = scale Q K^T, again, tile by tile
-    return dq, dk, dv
+        return err(*[alias(g) for g in grads])
+    return wrapper
 
 
 class _Attention(torch.autograd.Function):
@@ -160,12 +102,21 @@ class _Apply(torch.autograd.Function):
         _check(q, k, v, method, False)
         if not isinstance(warp_specialize, bool | None):
             raise TypeError(f"warp_specialize must be a bool, got {warp_specialize!r}")
-        return _forward(ctx, q, k, v, _Options(is_causal, sm_scale, 0.0, 0, 0, method, False))
+        opts = _Options(is_causal, sm_scale, 0.0, 0, 0, method, False)
+        if torch.compiler.is_compiling():  # torch.compile traces forward and backward: the
+            _check_options(q, opts)  # custom operators, opaque to it (compiled.py)
+            outs = compiled.attention_fwd(*compiled.arguments(q, k, v, opts))
+            ctx.save_for_backward(q, k, v, *outs)
+            ctx.compiled = compiled.arguments(q, k, v, opts)[3:]
+            return outs[0]
+        return _forward(ctx, q, k, v, opts)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dO):  # None for is_causal, sm_scale, warp_specialize (extra Nones are
-        return *_backward(ctx, dO), None, None, None  # dropped for arguments not passed)
+        if getattr(ctx, "compiled", None) is not None:  # dropped for arguments not passed)
+            return *compiled.backward(ctx.saved_tensors, ctx.compiled, dO), None, None, None
+        return *_backward(ctx, dO), None, None, None
 
 
 class FlashAttention(_Apply):
@@ -194,12 +145,6 @@ class NaiveAttention(_Apply):
     @staticmethod
     def forward(ctx, q, k, v, is_causal=False, sm_scale=None, warp_specialize=None):
         return _Apply.run(ctx, q, k, v, is_causal, sm_scale, warp_specialize, "naive")
-
-
-def _matmul_flops(shapes) -> int:
-    """FLOPs of one (Nq x d) @ (d x Nk) product per head: 2 B H Nq Nk d."""
-    B, H, Nq, Nk, d = shapes
-    return 2 * B * H * Nq * Nk * d
 
 
 def _check(q, k, v, method, deterministic) -> None:
@@ -258,4 +203,24 @@ def _attention(q, k, v, causal, dropout_p, scale, method, deterministic, seed, o
     if seed is None:
         seed = draw_seed(dropout_p)
     opts = _Options(causal, scale, dropout_p, seed, offset, method, deterministic, with_lse)
+    if torch.compiler.is_compiling():  # torch.compile: one opaque operator call (compiled.py)
+        _check_options(q, opts)
+        return compiled.attention(q, k, v, opts)
     return _Attention.apply(q, k, v, opts)
+
+
+def _check_options(q, opts) -> None:
+    """The types an operator's schema takes (bool, float or None, float, int): refused here
+    with the launch wrappers' words, not the schema's. Values are checked by the wrappers
+    when the operator runs (kernels.common.check_options). No NumPy here: TorchDynamo would
+    trace it."""
+    if not isinstance(opts.causal, bool):
+        raise TypeError(f"causal must be a bool, got {opts.causal!r}")
+    if opts.scale is not None and (isinstance(opts.scale, bool) or
+                                   not isinstance(opts.scale, (int, float))):
+        raise ValueError(f"scale must be a finite number or None, got {opts.scale!r}")
+    if isinstance(opts.dropout_p, bool) or not isinstance(opts.dropout_p, (int, float)):
+        raise ValueError(f"dropout_p must be in [0, 1), got {opts.dropout_p!r}")
+    for name, x in (("seed", opts.seed), ("offset", opts.offset)):
+        if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < 2**64:
+            raise ValueError(f"{name} must be an int in [0, 2**64), got {x!r}")

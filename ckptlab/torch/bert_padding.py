@@ -15,6 +15,7 @@ in order, which is what flash_attn does too.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -37,9 +38,21 @@ def unpad_input(hidden_states: torch.Tensor, attention_mask: torch.Tensor,
     batch * seqlen, cu_seqlens (batch + 1,) int32, max_seqlen_in_batch int, seqused (batch,)
     int32). unused_mask (flash_attn's): tokens allocated but not attended to; they are packed
     with the rest and counted in cu_seqlens but not in seqused."""
+    for name, t in (("hidden_states", hidden_states), ("attention_mask", attention_mask),
+                    ("unused_mask", unused_mask)):
+        if not isinstance(t, torch.Tensor) and not (name == "unused_mask" and t is None):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__module__}."
+                            f"{type(t).__name__}" + (" (torch.from_numpy(x) makes one)"
+                                                     if isinstance(t, np.ndarray) else ""))
+    if hidden_states.dim() < 2:
+        raise ValueError(f"hidden_states must have shape (batch, seqlen, ...), rank >= 2, got "
+                         f"{tuple(hidden_states.shape)}")
     if attention_mask.shape != hidden_states.shape[:2]:
         raise ValueError(f"attention_mask must have shape (batch, seqlen) = "
                          f"{tuple(hidden_states.shape[:2])}, got {tuple(attention_mask.shape)}")
+    if unused_mask is not None and unused_mask.shape != attention_mask.shape:
+        raise ValueError(f"unused_mask must have the shape of attention_mask "
+                         f"{tuple(attention_mask.shape)}, got {tuple(unused_mask.shape)}")
     used = attention_mask.bool()
     kept = used | unused_mask.bool() if unused_mask is not None else used
     seqlens = kept.sum(dim=-1, dtype=torch.int32)

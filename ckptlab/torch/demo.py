@@ -14,46 +14,30 @@ batch: DDP averages the ranks' gradients, which is the whole batch's gradient, s
 agree up to float32 rounding (summation order); TOLERANCE bounds the relative difference.
 The same ranks then run one transformer block split Megatron's way (tensor_parallel.py),
 plain and checkpointed, and print what each holds against Korthikanti et al.'s formula.
-Exit status 1 if a rank's bytes differ from the prediction or the formula, or a loss or a
-gradient from the one-process reference.
+Exit status 1 if a rank's bytes differ from the prediction or the formula, a loss or a
+gradient from the one-process reference, or a loss is not a finite number.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ckptlab import emu
+from ckptlab.args import nonnegative_int, positive_float, positive_int, run_command
 from ckptlab.torch import dist as cdist
 from ckptlab.torch import nets
 from ckptlab.torch import tensor_parallel as tp
 from ckptlab.torch.ledger import TorchLedger
 from ckptlab.torch.schedule import make_schedule
-
-# fp32 losses of the same model on the same batch, summed in another order (per-rank means,
-# averaged gradients): measured differences are ~1e-7 relative; 1e-5 leaves room for the steps
-TOLERANCE = 1e-5
-
-
-@dataclass
-class Config:
-    steps: int = 3
-    schedule: str = "optimal(40%)"
-    layers: int = 4
-    width: int = 32
-    heads: int = 2
-    seq: int = 32
-    batch: int = 8  # global: split evenly over the ranks
-    vocab: int = 64
-    lr: float = 0.1
-    attn: str = "flash"
-    seed: int = 0
+from ckptlab.torch.training import TOLERANCE, Config  # noqa: F401  (the demo's own names)
 
 
 def train(rank: int, nproc: int, cfg: Config, ddp: bool = True) -> dict:
@@ -126,7 +110,10 @@ def check_ddp(result: dict) -> list:
                 for k, p in enumerate(r["peaks"]) if p != r["predicted"]]
     ref = result["reference"]["losses"]
     for k, loss in enumerate(result["ranks"][0]["losses"]):
-        if abs(loss - ref[k]) > TOLERANCE * abs(ref[k]):
+        if not (math.isfinite(loss) and math.isfinite(ref[k])):
+            bad.append(f"step {k}: loss {loss} with {result['nproc']} ranks, {ref[k]} in one "
+                       "process: training diverged (a loss that is not a finite number)")
+        elif not abs(loss - ref[k]) <= TOLERANCE * abs(ref[k]):
             bad.append(f"step {k}: loss {loss:.8f} with {result['nproc']} ranks, {ref[k]:.8f} "
                        "in one process")
     return bad
@@ -145,7 +132,8 @@ def report(result: dict) -> str:
     lines.append(f"{'step':>4}  {'loss, ' + str(result['nproc']) + ' ranks':>16} "
                  f"{'loss, 1 process':>16} {'relative diff':>14}")
     for k, (a, b) in enumerate(zip(result["ranks"][0]["losses"], ref["losses"], strict=True)):
-        lines.append(f"{k:>4}  {a:>16.8f} {b:>16.8f} {abs(a - b) / abs(b):>14.1e}")
+        diff = abs(a - b) / abs(b) if b else math.inf if a != b else 0.0
+        lines.append(f"{k:>4}  {a:>16.8f} {b:>16.8f} {diff:>14.1e}")
     bad = check_ddp(result)
     lines.append("all equal (bytes exactly, losses within a relative "
                  f"{TOLERANCE:g})" if not bad else "MISMATCH: " + "; ".join(bad))
@@ -172,18 +160,58 @@ def _torchrun(cfg: Config) -> int:
     return 1 if check(result) else 0
 
 
-def main(argv=None) -> int:
+def parse(argv) -> tuple[int, Config, bool]:
+    """(nproc, Config, --fsdp) from the command line; every value checked before any work, as the
+    other commands do (one line, exit status 2): the argument types of ckptlab.cli.report,
+    a model the attention can run, a batch the ranks can split, a schedule that parses and
+    fits the model (checked on the one-process profile)."""
     p = argparse.ArgumentParser(prog="python -m ckptlab.torch.demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nproc", type=int, default=2, help="processes (ranks), default 2")
+    p.add_argument("--nproc", type=positive_int, default=2,
+                   help=f"processes (ranks), default 2; must divide {tp.Shape().a} (the "
+                        "tensor-parallel block's heads) unless --fsdp")
     p.add_argument("--fsdp", action="store_true", help="train under FSDP2 with Adam instead "
                    "(ckptlab.torch.fsdp): bytes per rank by kind")
+    types = dict(lr=positive_float, seed=nonnegative_int, schedule=str, attn=str)
     for name, default in asdict(Config()).items():
-        p.add_argument(f"--{name}", type=type(default), default=default)
+        p.add_argument(f"--{name}", type=types.get(name, positive_int), default=default,
+                       help=f"default {default}".replace("%", "%%"),
+                       **({"choices": nets.ATTENTION} if name == "attn" else {}))
     a = vars(p.parse_args(argv))
     nproc, sharded = a.pop("nproc"), a.pop("fsdp")
-    torch.set_num_threads(1)  # the reference run's tensors are tiny: one thread is faster
     cfg = Config(**a)
+    heads = tp.Shape().a
+    if heads % nproc and not sharded:  # FSDP runs no tensor-parallel block
+        p.error(f"--nproc {nproc} must divide {heads}, the heads of the tensor-parallel block")
+    if cfg.batch % nproc:
+        p.error(f"--batch {cfg.batch} must be divisible by --nproc {nproc} (each rank takes "
+                "an equal slice)")
+    try:
+        nets.check_shape(cfg.width, cfg.heads, cfg.attn)
+    except ValueError as e:
+        p.error(f"--width {cfg.width} --heads {cfg.heads}: {e}")
+    try:
+        _plan(cfg)
+    except ValueError as e:
+        p.error(f"--schedule {cfg.schedule!r}: {e}")
+    return nproc, cfg, sharded
+
+
+def _plan(cfg: Config):
+    """The schedule for the one-process model on the whole batch (what the reference runs):
+    ValueError if the spec does not parse or fit."""
+    g = torch.Generator().manual_seed(cfg.seed + 1)
+    tokens = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq + 1), generator=g)
+    model = nets.GPT(vocab=cfg.vocab, ctx=cfg.seq, width=cfg.width, heads=cfg.heads,
+                     layers=cfg.layers, attn=cfg.attn, seed=cfg.seed)
+    with emu.settings(race_check=False):
+        prof = model.profile(tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
+    return make_schedule(cfg.schedule, cfg.layers, prof)
+
+
+def _main(argv) -> int:
+    torch.set_num_threads(1)  # the reference run's tensors are tiny: one thread is faster
+    nproc, cfg, sharded = parse(argv)
     if sharded:
         from ckptlab.torch import fsdp
         return fsdp.main(nproc, cfg)
@@ -192,6 +220,12 @@ def main(argv=None) -> int:
     result = run(nproc, cfg)
     print(report(result))
     return 1 if check(result) else 0
+
+
+def main(argv=None) -> int:
+    """The command: a bad option is one line on stderr and exit status 2 (as in
+    `python -m ckptlab`); a disagreement, or a loss that is not finite, exit status 1."""
+    return run_command(_main, sys.argv[1:] if argv is None else list(argv))
 
 
 if __name__ == "__main__":

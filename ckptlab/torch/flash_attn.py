@@ -64,6 +64,7 @@ import torch.nn.functional as F
 
 from ckptlab import rng
 from ckptlab.reference import causal_visible
+from ckptlab.torch import arrays
 from ckptlab.torch.attention import attention_with_lse, draw_seed
 
 MAX_HEADDIM = 256  # flash_attn's limit, and ckptlab's kernels' (multiples of 8 up to 256)
@@ -123,10 +124,8 @@ def _refuse_unsupported(window_size, softcap, alibi_slopes) -> None:
 
 
 def check_rank(name, t, rank: int, layout: str) -> None:
-    """t must be a torch.Tensor of `rank` dimensions; the error names the layout."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__module__}."
-                        f"{type(t).__name__}")
+    """t must be a dense torch.Tensor of `rank` dimensions; the error names the layout."""
+    arrays.check_dense(name, t)
     if t.dim() != rank:
         raise ValueError(f"{name} must have shape {layout} (rank {rank}), got {tuple(t.shape)}")
 

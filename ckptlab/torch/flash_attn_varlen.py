@@ -73,14 +73,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     for i in range(batch):
         qi = q[starts_q[i]:starts_q[i + 1]]
         ki, vi = (t[starts_k[i]:starts_k[i + 1]] for t in (k, v))
-        if lens_q[i] == 0:
-            outs.append(qi)  # no rows: nothing to compute (the empty slice keeps the graph)
-            lses.append(torch.empty(nheads, 0, dtype=torch.float32, device=q.device))
-            masks.append(None)
-        elif lens_k[i] == 0:  # every row sees no key: out = 0, softmax_lse = +inf
-            outs.append(torch.zeros_like(qi))
+        if lens_q[i] == 0 or lens_k[i] == 0:  # no rows, or rows that see no key: out = 0,
+            outs.append(_NoKeys.apply(qi, ki, vi))  # joined to q, k, v: zero gradients
             lses.append(torch.full((nheads, lens_q[i]), float("inf"), dtype=torch.float32,
-                                   device=q.device))
+                                   device=q.device))  # softmax_lse = +inf
             masks.append(None)
         else:
             out, lse, S_dmask = _flash(qi[None], ki[None], vi[None], dropout_p, softmax_scale,
@@ -125,6 +121,22 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
     return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                   max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
                                   softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+class _NoKeys(torch.autograd.Function):
+    """out = 0 for a sequence whose q or k is empty, as flash_attn's kernel writes it, still
+    joined to q, k and v: their gradients through it are zeros, so a batch where every key
+    sequence is empty backpropagates (zeros) instead of having no graph."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        ctx.shapes = (q.shape, k.shape, v.shape)
+        return torch.zeros_like(q)
+
+    @staticmethod
+    def backward(ctx, dout):
+        return tuple(torch.zeros(shape, dtype=dout.dtype, device=dout.device) if need else None
+                     for need, shape in zip(ctx.needs_input_grad, ctx.shapes, strict=True))
 
 
 # ---- checks -------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ each parameter (a DTensor sharded on dim 0, padded to a multiple of n rows), all
 unit's parameters before its forward and again before its backward (a checkpointed block's
 recompute included), and reduce-scatters the gradients, so that its gradient and optimizer
 state are 1/n too. The losses equal one process training on the whole batch up to float32
-rounding (demo.TOLERANCE).
+rounding (training.TOLERANCE).
 
 What each rank reports, every byte counted exactly, by storage:
   saved      the peak of saved-tensor bytes (TorchLedger), all-gathered parameters excluded
@@ -38,9 +38,9 @@ from ckptlab import emu
 from ckptlab.measure import step_memory
 from ckptlab.torch import dist as cdist
 from ckptlab.torch import nets
-from ckptlab.torch.demo import TOLERANCE, Config
 from ckptlab.torch.ledger import TorchLedger, storage_of
 from ckptlab.torch.schedule import make_schedule
+from ckptlab.torch.training import TOLERANCE, Config
 
 OPTIMIZERS = ("sgd", "adam")
 ADAM_LR = 1e-3  # Adam's default step size (Kingma & Ba 2015, Algorithm 1; torch.optim.Adam's)

@@ -131,15 +131,26 @@ class Embed(nn.Module):
         return self.drop(self.wte(tokens) + self.wpe(pos))  # (B, N, C)
 
 
+def check_shape(width: int, heads: int, attn: str) -> None:
+    """A block the attention can run: heads divides width, and for ckptlab's kernels the head
+    dim width / heads is one they take (a multiple of 8 up to 256: kernels.HEAD_DIMS)."""
+    from ckptlab.kernels import HEAD_DIMS
+
+    if attn not in ATTENTION:
+        raise ValueError(f"attn: expected one of {ATTENTION}, got {attn!r}")
+    if heads < 1 or width % heads:
+        raise ValueError(f"width {width} must be divisible by heads {heads}")
+    if attn in METHODS and width // heads not in HEAD_DIMS:
+        raise ValueError(f"head dim width / heads = {width} / {heads} = {width // heads}: "
+                         f"ckptlab's kernels take a multiple of 8 up to {HEAD_DIMS[-1]}")
+
+
 class Block(nn.Module):
     """Pre-norm transformer block: causal self-attention (H heads of d = C/H), a 4C MLP."""
 
     def __init__(self, width: int, heads: int, dropout: float, attn: str):
         super().__init__()
-        if width % heads:
-            raise ValueError(f"width {width} must be divisible by heads {heads}")
-        if attn not in ATTENTION:
-            raise ValueError(f"attn: expected one of {ATTENTION}, got {attn!r}")
+        check_shape(width, heads, attn)
         self.heads, self.attn, self.p = heads, attn, dropout
         self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
         self.q, self.k, self.v, self.o = (nn.Linear(width, width) for _ in range(4))

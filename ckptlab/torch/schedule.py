@@ -13,6 +13,7 @@ gets the ledger's recompute hooks, so that the bytes a recompute holds are count
 
 from __future__ import annotations
 
+import torch
 from torch.utils.checkpoint import checkpoint
 
 from ckptlab.recompute import schedules
@@ -99,6 +100,10 @@ def checkpoint_sequential(modules, x, schedule="sqrt", *, profile=None,
         return run_plan(modules, plan, schedule, preserve_rng_state=preserve_rng_state,
                         determinism_check=determinism_check,
                         use_reentrant=bool(use_reentrant))
+    if isinstance(schedule, torch.Tensor) and not isinstance(x, torch.Tensor):
+        # PyTorch's call with a segments that is not an int: name it, not the schedule
+        raise TypeError(f"segments must be an int (PyTorch's call, checkpoint_sequential("
+                        f"functions, segments, input)), got {type(x).__name__} {x!r}")
     if use_reentrant:
         raise ValueError("use_reentrant=True: ckptlab's schedules run non-reentrant checkpoints "
                          "(nested plans, policies and ledgers need them); it is accepted only "

@@ -202,7 +202,8 @@ def rel(x, y) -> float:
 def check(ranks: list, reference: dict, shape: Shape, tol: float = 1e-5) -> list:
     """What disagrees: bytes held off the formula, a checkpointed peak other than the plain
     block's bytes, outputs or gradients off the one-process reference (relative Frobenius
-    error > tol: the same fp32 sums, split over ranks, are added in another order: ~1e-7)."""
+    error > tol, or NaN: the same fp32 sums, split over ranks, are added in another order:
+    ~1e-7)."""
     bad, t = [], len(ranks)
     for rank, out in enumerate(ranks):
         for name, r in out.items():
@@ -217,7 +218,8 @@ def check(ranks: list, reference: dict, shape: Shape, tol: float = 1e-5) -> list
             floor = 1e-3 * max(float(g.norm()) for g in ref["grads"].values())
             errs.update({k: float((g - full[k]).norm()) / max(float(full[k].norm()), floor)
                          for k, g in r["grads"].items()})
-            bad += [f"rank {rank} {name} {k}: error {e:.1e}" for k, e in errs.items() if e > tol]
+            bad += [f"rank {rank} {name} {k}: error {e:.1e}" for k, e in errs.items()
+                    if not e <= tol]  # a NaN error (a NaN output) is a failure
         if out["full"]["peak"] != out["none"]["held"]:
             bad.append(f"rank {rank}: checkpointed peak {out['full']['peak']} != plain block "
                        f"{out['none']['held']}")
