@@ -47,6 +47,7 @@ DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}  # element bytes (16-bit: tensor-core
 FP32_ARGS = ("L", "D")  # kept in fp32 whatever the element type (logsumexp, rowsum(dO * O))
 BOUNDS = ("unique", "counted")  # lower, upper
 TC_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # -> traffic_tc's names (table.TC_TYPES)
+SCORE_BYTES = 4  # the stored kernels keep S in fp32, in both precisions (traffic, traffic_tc)
 KERNELS_NOTE = {
     "fp32": "the fp32 kernels (CUDA cores)",
     "tc": "the tensor-core kernels (kernels/attn_flash_*_tc.cu, bytes: measure.traffic_tc)",
@@ -264,11 +265,23 @@ def fills_waves_from(B, H, d, device, methods=CHAIN, *, causal=False, determinis
     return None
 
 
+def s_exceeds_l2_from(device, B: int = 1, H: int = 1, score_bytes: int = SCORE_BYTES) -> int:
+    """The smallest power-of-two N at which stored's S (B H N^2 scores of score_bytes) is larger
+    than `device`'s L2. Unique bytes are a lower bound on a launch's DRAM traffic with a cold
+    cache (what Nsight Compute's default cache control gives each launch); in back-to-back
+    timed runs a smaller S can stay in L2 between stored's forward and backward, and the DRAM
+    traffic fall below the summed unique bytes. From this N on it cannot."""
+    l2 = roofline.spec(device)["l2_bytes"]
+    n = 1
+    while B * H * n * n * score_bytes <= l2:
+        n *= 2
+    return n
+
+
 # ---------------------------------------------------------------- when recompute stops paying
 
 
 RULE_SIZE = dict(N=64, d=16)  # tiles divide N and d = Dt: whole tiles, no padding
-SCORE_BYTES = 4  # the stored kernels keep S in fp32, in both precisions (traffic, traffic_tc)
 
 
 def stored_launches_per_pair(dtype: str, deterministic: bool = False,
