@@ -101,10 +101,14 @@ def short_name(device) -> str:
 
 
 def launch_time(kernel: str, blocks: int, threads: int, flops, nbytes, device,
-                dtype: str = "fp32", res: occupancy.Resources | None = None) -> LaunchTime:
+                dtype: str = "fp32", res: occupancy.Resources | None = None,
+                achievable: float = 1.0) -> LaunchTime:
     """Modeled time of one launch of `kernel` (`blocks` blocks of `threads` threads doing `flops`
     FLOPs and moving `nbytes` bytes in all) on `device`. `res` defaults to the compiler's report
-    for the device's arch (occupancy.resources)."""
+    for the device's arch (occupancy.resources). `achievable`: the fraction of the peak FLOP/s
+    the arithmetic reaches (1: the roofline; see ckptlab.cli.model_check for a measured one)."""
+    if not 0 < achievable <= 1:
+        raise ValueError(f"achievable: expected a fraction in (0, 1], got {achievable!r}")
     s = roofline.spec(device)
     if not isinstance(blocks, int) or blocks < 1:
         raise ValueError(f"blocks: expected a positive int, got {blocks!r}")
@@ -116,7 +120,7 @@ def launch_time(kernel: str, blocks: int, threads: int, flops, nbytes, device,
     share = slots / blocks  # each block's work, times the blocks of one full wave
     return LaunchTime(
         kernel, blocks, threads, resident, limiter, slots, ceil_div(blocks, slots), flops,
-        nbytes, share * flops / roofline.peak_flops(s, dtype),
+        nbytes, share * flops / (achievable * roofline.peak_flops(s, dtype)),
         share * nbytes / s["hbm_bytes_per_s"], LAUNCH_S, s["name"], dtype, res.source)
 
 
@@ -202,8 +206,9 @@ def timed_launches(method: str, B, H, Nq, Nk, d, causal=False, deterministic=Fal
 
 
 def method_time(method: str, B, H, Nq, Nk, d, device, *, causal=False, deterministic=False,
-                dtype: str = "fp32") -> MethodTime:
-    """Every launch of `method`'s forward + backward (timed_launches) timed at both bounds."""
+                dtype: str = "fp32", achievable: float = 1.0) -> MethodTime:
+    """Every launch of `method`'s forward + backward (timed_launches) timed at both bounds;
+    `achievable` as in launch_time."""
     name = roofline.spec(device)["name"]
     out: dict = {b: [] for b in BOUNDS}
     runs, kind = timed_launches(method, B, H, Nq, Nk, d, causal, deterministic, dtype)
@@ -212,7 +217,7 @@ def method_time(method: str, B, H, Nq, Nk, d, device, *, causal=False, determini
         nbytes = launch_bytes(kt, dtype)
         for bound in BOUNDS:
             out[bound].append(launch_time(kt.kernel, blocks, threads, kt.flops, nbytes[bound],
-                                          name, dtype))
+                                          name, dtype, achievable=achievable))
     return MethodTime(method, name, dtype, out, KERNELS_NOTE[kind], kind == "what-if")
 
 
