@@ -57,24 +57,27 @@ def fig2_rows(achievable: float = 1.0) -> list[dict]:
     return rows
 
 
-def fa2_rows(achievable: float = 1.0) -> list[dict]:
+def fa2_rows(achievable: float = 1.0, *, causal=None, dims=None, dtype=None) -> list[dict]:
     """FA2's grid: flash's modeled TFLOP/s (the paper's FLOP count over the modeled time) at each
-    bound, against the published band of the peak."""
+    bound, against the published band of the peak. causal, dims: a part of the grid (default
+    all of it); dtype: the paper's fp16 unless given (bf16 has the same peak and bytes)."""
     g = published.FA2_GRID
-    peak = roofline.peak_flops(GPU, g["dtype"])
+    dtype = dtype or g["dtype"]
+    peak = roofline.peak_flops(GPU, dtype)
     lo_frac, hi_frac = published.FA2_FRACTION["flash"]
     rows = []
-    for causal in g["causal"]:
-        for d in g["dims"]:
+    for c in g["causal"] if causal is None else causal:
+        for d in g["dims"] if dims is None else dims:
             for N in g["lengths"]:
                 B, H = g["tokens"] // N, g["hidden"] // d
-                mt = timemodel.method_time("flash", B, H, N, N, d, GPU, causal=causal,
-                                           dtype=g["dtype"], achievable=achievable)
-                flops = published.fa2_flops(N, d, H, B, causal)
+                mt = timemodel.method_time("flash", B, H, N, N, d, GPU, causal=c,
+                                           dtype=dtype, achievable=achievable)
+                flops = published.fa2_flops(N, d, H, B, c)
                 fast, slow = flops / mt.lower / 1e12, flops / mt.upper / 1e12
                 band = (lo_frac * peak / 1e12, hi_frac * peak / 1e12)
                 mid = sum(band) / 2
-                rows.append(dict(check="FA2", method="flash", causal=causal, d=d, N=N, B=B, H=H,
+                rows.append(dict(check="FA2", method="flash", causal=c, d=d, N=N, B=B, H=H,
+                                 dtype=dtype,
                                  published_tflops_lo=band[0], published_tflops_hi=band[1],
                                  modeled_tflops_unique=fast, modeled_tflops_counted=slow,
                                  ratio_mid=fast / mid, inside=slow <= band[1] and fast >= band[0],
@@ -85,7 +88,7 @@ def fa2_rows(achievable: float = 1.0) -> list[dict]:
 
 def format_table(fig2: list[dict], fa2: list[dict]) -> str:
     a = fig2[0]["achievable"]
-    out = [f"The time model against published A100 measurements (modeled on {GPU}, fp16; "
+    out = [f"The time model against published A100 measurements (modeled on {GPU}; "
            f"achievable fraction of peak: {a:g}{' = the roofline' if a == 1 else ''})", "",
            "FlashAttention 1, Fig. 2 (ms, forward + backward): published / modeled "
            "(modeled: lower from unique bytes - upper from counted)"]
@@ -97,9 +100,9 @@ def format_table(fig2: list[dict], fa2: list[dict]) -> str:
                    f"bound {'within' if r['within'] else 'not within'} 25%")
     out.append(f"  source: {fig2[0]['source']}")
     r0 = fa2[0]
-    out += ["", f"FlashAttention 2's benchmark: flash's TFLOP/s (FA2's FLOP count / modeled time) "
-            f"against the published band {r0['published_tflops_lo']:.0f}-"
-            f"{r0['published_tflops_hi']:.0f} TFLOP/s (50-73% of {GPU}'s fp16 peak)",
+    out += ["", f"FlashAttention 2's benchmark: flash's TFLOP/s (FA2's FLOP count / modeled time, "
+            f"{r0['dtype']}) against the published band {r0['published_tflops_lo']:.0f}-"
+            f"{r0['published_tflops_hi']:.0f} TFLOP/s (50-73% of {GPU}'s 16-bit peak)",
             f"  {'causal':<7}{'d':>4}{'N':>7}{'B':>4}{'H':>4}   modeled TFLOP/s (unique - counted)"
             "   unique / band middle"]
     for r in fa2:
@@ -154,8 +157,9 @@ def plot(fa2: list[dict], fa2_fit: list[dict], path: str) -> None:
     plt.close(fig)
 
 
-def run(achievable: float = 1.0) -> tuple[list[dict], list[dict]]:
-    return fig2_rows(achievable), fa2_rows(achievable)
+def run(achievable: float = 1.0, **part) -> tuple[list[dict], list[dict]]:
+    """(Fig. 2's rows, FA2's rows); `part` as in fa2_rows."""
+    return fig2_rows(achievable), fa2_rows(achievable, **part)
 
 
 def main(argv=None) -> int:
