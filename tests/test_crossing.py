@@ -146,3 +146,11 @@ def test_bench_crossing_measures_on_the_gpu(tmp_path, capsys):
     measured = [r for r in rows if r.get("gain_measured")]
     assert [int(r["d"]) for r in measured] == [16, 64]
     assert all(float(r["gain_measured"]) > 0 for r in measured)
+
+
+def test_unique_bytes_bound_holds_once_s_exceeds_the_l2():
+    # S = 4 B H N^2 bytes (fp32): A100 L2 40 MiB -> 16 MiB at N = 2048 fits, 64 MiB at 4096 does
+    # not; RTX 4090 72 MiB -> 64 MiB at 4096 fits, 256 MiB at 8192 does not; B H = 16 -> 1024
+    assert timemodel.s_exceeds_l2_from("a100") == 4096
+    assert timemodel.s_exceeds_l2_from("rtx-4090") == 8192
+    assert timemodel.s_exceeds_l2_from("a100", B=1, H=16) == 1024

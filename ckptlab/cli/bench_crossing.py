@@ -85,6 +85,13 @@ def format_table(rows: list[dict]) -> str:
         costs = [timemodel.short_name(r["gpu"]) for r in at if r["gain_unique"] <= 1]
         out.append(f"at d = {mid}, {dtype} (unique bytes): recompute pays on "
                    f"{', '.join(pays) or 'none'}; it costs on {', '.join(costs) or 'none'}")
+    s_bytes = timemodel.SCORE_BYTES * r0["B"] * r0["H"] * r0["N"] ** 2
+    small = [timemodel.short_name(g) for g in dict.fromkeys(r["gpu"] for r in rows)
+             if s_bytes <= roofline.spec(g)["l2_bytes"]]
+    out.append(f"unique bytes bound DRAM traffic from below for a cold cache; back to back, S "
+               f"({s_bytes / 2**20:.0f} MiB here) must exceed the L2 for that to hold: "
+               + (f"it does not on {', '.join(small)}" if small else "it does on every GPU here")
+               + " (timemodel.s_exceeds_l2_from)")
     kinds = {r["dtype"]: r["kernels"] for r in rows}
     out.append("ridge: peak FLOP/s / bandwidth (FLOP per byte); 2R/3: recompute pays while d < "
                "2 R / 3 with launches one after another, the model's form; 4R/7: with perfect "
