@@ -353,15 +353,11 @@ def rule_fraction(dtype: str, deterministic: bool = False, *, overlap: bool = Fa
 
 def rule_of_thumb(gpu, dtype: str, deterministic: bool = False, *, overlap: bool = False,
                   score_bytes: int = SCORE_BYTES) -> float:
-    """The head dim below which recompute pays, c R (rule_fraction; R the ridge of `gpu` in
-    `dtype`). Per (i, j) pair flash runs 14 d FLOPs (4 forward, 10 backward with the recomputed
-    S; stored 12 d) and stored moves 8 more bytes, its fp32 scores S written by the forward
-    and read by the dK/dV kernel. At large N, operand bytes neglected, flash is compute-bound
-    and stored takes max(4 d, 4 R) + max(8 d, 4 R) (units of 1 / peak per pair), so recompute
-    pays while d < 2 R / 3 (overlap=False, the time model's form); with the launches
-    overlapping perfectly, max(12 d, 8 R) against 14 d: d < 4 R / 7 (overlap=True). Past the
-    rule both are compute-bound and the gain is 12 / 14. The rule assumes full waves and the
-    same occupancy for both methods; the time model (recompute_gains) has neither assumption."""
+    """The head dim below which recompute pays, c R (c: rule_fraction; R the ridge of `gpu` in
+    `dtype`): d < 2 R / 3 with launches one after another (the time model's form), d < 4 R / 7
+    with perfect overlap (overlap=True). Past it both methods are compute-bound and the gain is
+    12 / 14. It assumes full waves and the same occupancy for both methods; the time model
+    (recompute_gains) assumes neither."""
     return rule_fraction(dtype, deterministic, overlap=overlap,
                          score_bytes=score_bytes) * roofline.ridge_point(gpu, dtype)
 
