@@ -179,3 +179,26 @@ def test_deterministic_dq_is_reproducible_under_shuffled_blocks():
         b = flash_tc.tc_backward(dO, q, k, v, saved, deterministic=True)
     for x, y in zip(a, b, strict=True):
         assert np.array_equal(x.view(np.uint16), y.view(np.uint16))
+
+
+def test_yardstick_is_attention_ref_with_reorder_ops():
+    """The yardstick is flash_attn's attention_ref(upcast=False, reorder_ops=True): S = q (k /
+    sqrt(d))^T, softmax and P V in the 16-bit dtype. Written out here in flash_attn's
+    (batch, seqlen, heads, d) einsums, it matches torch_low_precision's O bit for bit; scaling
+    q instead (reorder_ops=False) gives different bits, so the check can tell the two apart
+    (at a d whose 1 / sqrt(d) is not a power of two: there both orders are exact)."""
+    B, H, Nq, Nk, d = 1, 2, 33, 40, 40
+    q, k, v, dO = make_inputs(B, H, Nq, Nk, d, ml_dtypes.bfloat16, 5)
+    O = torch_low_precision(q, k, v, dO, False, 0.0, 0, 0, torch.bfloat16)[0]
+    tq, tk, tv = (torch.tensor(x.astype(np.float32)).to(torch.bfloat16).transpose(1, 2)
+                  for x in (q, k, v))  # -> (batch, seqlen, heads, d)
+
+    def attention_ref(reorder_ops):
+        if reorder_ops:
+            s = torch.einsum("bthd,bshd->bhts", tq, tk / math.sqrt(d))
+        else:
+            s = torch.einsum("bthd,bshd->bhts", tq / math.sqrt(d), tk)
+        return torch.einsum("bhts,bshd->bthd", torch.softmax(s, dim=-1), tv).transpose(1, 2)
+
+    assert np.array_equal(attention_ref(True).double().numpy(), O)
+    assert not np.array_equal(attention_ref(False).double().numpy(), O)
