@@ -4,7 +4,7 @@ three methods' decomposition, and `bench crossing` as a user runs it."""
 import pytest
 
 from ckptlab.cli import main as cli
-from ckptlab.measure import roofline, timemodel, traffic
+from ckptlab.measure import roofline, timemodel, traffic, whatif
 
 SIZE = dict(N=4096, B=1, H=16)
 
@@ -48,14 +48,17 @@ def test_crossing_fraction_solves_the_sum_of_maxima():
 
 def rules_agree_with_the_sweep(gpus, ds):
     """Every swept d below the printed rule (2 R / 3) has a modeled gain above 1 at the
-    unique-bytes bound, every d above it a gain below 1."""
-    rows = timemodel.recompute_gains(gpus, ["fp32", "bf16"], ds, **SIZE)
+    unique-bytes bound, every d above it a gain below 1; the same for the 16-bit-P what-if
+    against its rule, R / 3."""
+    rows = whatif.add_p16_gains(timemodel.recompute_gains(gpus, ["fp32", "bf16"], ds, **SIZE))
     assert {(r["gpu"], r["dtype"]) for r in rows} == {
         (roofline.spec(g)["name"], t) for g in gpus for t in ("fp32", "bf16")}
     for r in rows:
         pays = r["gain_unique"] > 1
         assert pays == (r["d"] < r["rule_of_thumb_d"]), (
             r["gpu"], r["dtype"], r["d"], r["rule_of_thumb_d"], r["gain_unique"])
+        assert (r["gain_p16_unique"] > 1) == (r["d"] < r["rule_p16_d"]), (
+            r["gpu"], r["dtype"], r["d"], r["rule_p16_d"], r["gain_p16_unique"])
 
 
 def test_the_rule_is_the_models_on_an_a100_and_h200():
@@ -63,6 +66,19 @@ def test_the_rule_is_the_models_on_an_a100_and_h200():
     recompute pays there (gain 1.07), as the per-launch rule does and the whole-roofline rule
     does not; likewise d = 128 on an H200 (118 < 128 < 137)."""
     rules_agree_with_the_sweep(["a100", "h200"], [64, 96, 128])
+
+
+def test_p16_what_if_halves_only_the_bytes_of_s():
+    """The what-if moves 2 bytes a score of S where stored moves 4: unique bytes fall by exactly
+    4 B H N^2 (S written once, read once), FLOPs and launches unchanged."""
+    N, d = 256, 64
+    st = timemodel.method_time("stored", 1, 2, N, N, d, "a100", dtype="bf16")
+    p16 = whatif.stored_p16_time(1, 2, N, N, d, "a100", dtype="bf16")
+    assert p16.what_if and "what-if" in p16.kernels
+    assert [x.flops for x in p16.launches["unique"]] == [x.flops for x in st.launches["unique"]]
+    saved = sum(x.bytes for x in st.launches["unique"]) - sum(x.bytes
+                                                               for x in p16.launches["unique"])
+    assert saved == 2 * 2 * N * N * 2
 
 
 @pytest.mark.slow

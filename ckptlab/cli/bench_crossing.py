@@ -41,7 +41,7 @@ import sys
 
 from ckptlab import device, kernels
 from ckptlab.cli.report import int_list, write_csv
-from ckptlab.measure import roofline, timemodel
+from ckptlab.measure import roofline, timemodel, whatif
 
 DTYPES = ("fp32", "bf16")  # what the sweep may ask for (bf16: the tensor-core kernels)
 DEFAULT = dict(N=4096, B=1, H=16)  # enough blocks that every launch fills its waves
@@ -64,20 +64,23 @@ def format_table(rows: list[dict]) -> str:
     ds = sorted({r["d"] for r in rows})
     r0 = rows[0]
     head = (f"{'GPU':<16}{'dtype':<6}{'ridge':>7}" + "".join(f"{f'd={d}':>13}" for d in ds)
-            + f"{'2R/3':>7}{'4R/7':>7}{'P16':>6}   gain < 1 (unique bytes / counted)")
+            + f"{'2R/3':>7}{'4R/7':>7}{'P16':>6}   gain < 1 (unique bytes / counted"
+            + (" / P16 what-if, unique)" if "gain_p16_unique" in r0 else ")"))
     out = [f"recompute gain = stored / flash, modeled forward + backward time (N={r0['N']}, "
            f"B={r0['B']}, H={r0['H']}, {'causal' if r0['causal'] else 'non-causal'}); "
            "> 1: recomputing P is faster than reading it back; each cell: unique-counted bytes",
            head, "-" * len(head)]
     lo, hi = (timemodel.crossings(rows, "gain_unique"),
               timemodel.crossings(rows, "gain_counted"))
+    p16 = timemodel.crossings(rows, "gain_p16_unique") if "gain_p16_unique" in r0 else None
     for (gpu, dtype) in lo:
         mine = {r["d"]: r for r in rows if r["gpu"] == gpu and r["dtype"] == dtype}
         cells = "".join(f"{_cell(mine[d]):>13}" for d in ds)
         out.append(f"{gpu:<16}{dtype:<6}{mine[ds[0]]['ridge']:>7.1f}{cells}"
                    f"{r_(mine, ds, 'rule_of_thumb_d'):>7.1f}{r_(mine, ds, 'rule_overlap_d'):>7.1f}"
                    f"{r_(mine, ds, 'rule_p16_d'):>6.0f}   {_where(lo[gpu, dtype], ds)} / "
-                   f"{_where(hi[gpu, dtype], ds)}")
+                   f"{_where(hi[gpu, dtype], ds)}"
+                   + ("" if p16 is None else f" / P16 {_where(p16[gpu, dtype], ds)}"))
     mid = 64 if 64 in ds else ds[len(ds) // 2]
     for dtype in dict.fromkeys(r["dtype"] for r in rows):
         at = [r for r in rows if r["d"] == mid and r["dtype"] == dtype]
@@ -95,8 +98,8 @@ def format_table(rows: list[dict]) -> str:
     kinds = {r["dtype"]: r["kernels"] for r in rows}
     out.append("ridge: peak FLOP/s / bandwidth (FLOP per byte); 2R/3: recompute pays while d < "
                "2 R / 3 with launches one after another, the model's form; 4R/7: with perfect "
-               "overlap; P16: what-if, a 16-bit stored P instead of fp32 S, d < R / 3 "
-               "(timemodel.rule_of_thumb); "
+               "overlap; P16: what-if, a 16-bit stored P instead of fp32 S (no such kernel "
+               "runs; measure.whatif), d < R / 3 (timemodel.rule_of_thumb); "
                + "; ".join(f"{k}: {v}" for k, v in kinds.items())
                + "; every time is modeled (ckptlab.measure.timemodel; registers and shared "
                f"memory: {timemodel.resources_note(rows[0]['gpu'])})")
@@ -173,6 +176,7 @@ def main(argv=None) -> int:
         p.error("--measure needs the cuda target (a GPU)")
     rows = timemodel.recompute_gains(gpus, dtypes, a.d, N=a.n, B=a.batch, H=a.heads,
                                      causal=a.causal)
+    whatif.add_p16_gains(rows)
     print(format_table(rows))
     if a.measure:
         measured = measure_gains(a.d, N=a.n, B=a.batch, H=a.heads, causal=a.causal)
