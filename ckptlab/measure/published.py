@@ -1,7 +1,7 @@
 """Published measurements of attention on an A100 that ckptlab's time model is held against
 (ckptlab.cli.model_check), each with the exact place it was printed. Only numbers printed as
-numbers are here; the FlashAttention 2 paper's per-length bars (its Fig. 4) are a figure whose
-values are not given in its text, so its own summary range stands in for them.
+numbers are here; the FlashAttention 2 paper's per-length speeds are bar charts whose values
+its text does not give, so its own summary range (the abstract's) stands in for them.
 """
 
 from __future__ import annotations
