@@ -1,7 +1,8 @@
 """Published measurements of attention on an A100 that ckptlab's time model is held against
 (ckptlab.cli.model_check), each with the exact place it was printed. Only numbers printed as
-numbers are here; the FlashAttention 2 paper's per-length speeds are bar charts whose values
-its text does not give, so its own summary range (the abstract's) stands in for them.
+numbers are here; the FlashAttention 2 paper's per-length forward + backward speeds (its Fig. 4,
+"Attention forward + backward speed on A100 GPU") are bar charts whose values its text does not
+give, so its own summary range (the abstract's) stands in for them.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ FIG2_SOURCE = FA1 + ", Fig. 2 left (runtime 41.7 ms standard, 7.3 ms FlashAttent
 # the theoretical maximum FLOPs/s on A100"; and of FlashAttention (1): "reaching only 25-40% of
 # the theoretical maximum FLOPs/s". The benchmark behind it (Section 4.1): sequence lengths 512
 # to 16k, batch so that batch x length = 16k tokens, hidden dimension 2048, head dimension 64 or
-# 128 (32 or 16 heads), causal or not, fp16, an A100 80GB SXM4; FLOPs counted as 4 N^2 d H B
-# forward, 2.5x that backward (the recomputed S included), halved when causal.
+# 128 (32 or 16 heads), causal or not, "an A100 80GB SXM4 GPU"; FLOPs counted as 4 N^2 d H B
+# forward, 2.5x that backward ("2 matmuls in the forward pass and 5 matmuls in the backward
+# pass, due to recomputation"), halved when causal.
 FA2_FRACTION = {"flash": (0.50, 0.73)}
 FA2_FRACTION_SOURCE = (FA2 + ", abstract ('reaching 50-73% of the theoretical maximum FLOPs/s "
                        "on A100'); workloads: Section 4.1")
