@@ -32,7 +32,8 @@ FA1_FRACTION = (0.25, 0.40)
 FA1_FRACTION_SOURCE = (FA2 + ", abstract (FlashAttention 'reaching only 25-40% of the "
                        "theoretical maximum FLOPs/s')")
 FA2_GRID = dict(lengths=(512, 1024, 2048, 4096, 8192, 16384), dims=(64, 128), tokens=16384,
-                hidden=2048, causal=(False, True), dtype="fp16")
+                hidden=2048, causal=(False, True),
+                dtype="fp16")  # 16-bit: fp16 and bf16 have the same peak and bytes in the model
 
 
 def fa2_flops(N: int, d: int, H: int, B: int, causal: bool) -> float:
