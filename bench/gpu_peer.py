@@ -44,7 +44,7 @@ TORCH_METHODS = (
 # ckptlab method / PyTorch method, same precision: one thing differs, who wrote the kernel
 PAIRS = (
     ("naive", "float32", "sdpa-math", "float32", "unfused: S and P in HBM"),
-    ("stored", "float32", "sdpa-efficient", "float32", "fused; ckptlab stores P, SDPA recomputes"),
+    ("stored", "float32", "sdpa-efficient", "float32", "fused; ckptlab stores S, SDPA recomputes"),
     ("flash", "float32", "sdpa-efficient", "float32", "fused, P recomputed"),
     ("flash", "float32", "sdpa-flash", "bfloat16", "PRECISION DIFFERS: what tensor cores buy"),
     ("stored", "float16", "sdpa-flash", "float16", "tensor cores; ckptlab stores S, SDPA "

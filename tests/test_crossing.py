@@ -4,23 +4,89 @@ three methods' decomposition, and `bench crossing` as a user runs it."""
 import pytest
 
 from ckptlab.cli import main as cli
-from ckptlab.measure import roofline, timemodel, traffic
+from ckptlab.measure import roofline, timemodel, traffic, whatif
 
 SIZE = dict(N=4096, B=1, H=16)
 
 
 def test_rule_of_thumb_by_hand():
-    # d < s R / f, s = 8 bytes of fp32 S per pair (written once, read once by dK/dV: in bf16 too,
-    # the tensor-core stored kernel keeps S in fp32), f = 14 flash FLOPs per pair per d:
-    # A100 fp32, R = 19.5e12 / 2.039e12 = 9.5635 -> 5.465; H200 bf16, R = 989.5e12 / 4.8e12 =
-    # 206.15 -> 117.8. Deterministic dQ: S read again (12 bytes), 18 d FLOPs: 2 R / 3.
-    assert timemodel.rule_of_thumb("a100", "fp32") == pytest.approx(4 * 9.56351 / 7, rel=1e-5)
-    assert timemodel.rule_of_thumb("h200", "bf16") == pytest.approx(4 * 206.146 / 7, rel=1e-5)
-    assert timemodel.rule_of_thumb("h200", "bf16", deterministic=True) == pytest.approx(
-        2 * 206.146 / 3, rel=1e-5)
+    # Per pair, in units of 1 / peak: flash 14 d; stored max(4 d, 4 R) + max(8 d, 4 R) (its
+    # forward writes 4 bytes of fp32 S, its dK/dV kernel reads them; in bf16 too, the
+    # tensor-core stored kernel keeps S in fp32). For R/2 < d < R: 4 R + 8 d > 14 d while
+    # d < 2 R / 3. One roofline over everything (perfect overlap): 8 R > 14 d, d < 4 R / 7.
+    # A100 fp32, R = 19.5e12 / 2.039e12 = 9.5635; H200 bf16, R = 989.5e12 / 4.8e12 = 206.15.
+    assert timemodel.rule_of_thumb("a100", "fp32") == pytest.approx(2 * 9.56351 / 3, rel=1e-5)
+    assert timemodel.rule_of_thumb("h200", "bf16") == pytest.approx(2 * 206.146 / 3, rel=1e-5)
+    assert timemodel.rule_of_thumb("h200", "bf16", overlap=True) == pytest.approx(
+        4 * 206.146 / 7, rel=1e-5)
+    # deterministic dQ: S read again (12 bytes), 18 d FLOPs: 2 R / 3 in both forms
+    for overlap in (False, True):
+        assert timemodel.rule_of_thumb("h200", "bf16", deterministic=True,
+                                       overlap=overlap) == pytest.approx(2 * 206.146 / 3, rel=1e-5)
+    # a 16-bit P (what-if): 2 + 2 bytes, max(4 d, 2 R) + max(8 d, 2 R): d < R / 3; 51 on an A100
+    assert timemodel.rule_of_thumb("a100", "bf16", score_bytes=2) == pytest.approx(
+        312e12 / 2039e9 / 3, rel=1e-5)
+    assert timemodel.rule_fraction("bf16", overlap=True, score_bytes=2) == pytest.approx(2 / 7)
     for dtype in ("fp32", "bf16"):
         assert timemodel.per_pair(dtype) == dict(s_bytes=8, stored_flops_per_d=12,
                                                  flash_flops_per_d=14)
+        assert timemodel.stored_launches_per_pair(dtype) == [(4, 4), (8, 4)]
+
+
+def test_crossing_fraction_solves_the_sum_of_maxima():
+    """The root of sum max(f_i c, s_i) = F c, checked against a fine scan of the two sides."""
+    for launches, F in [([(4, 4), (8, 4)], 14), ([(4, 4), (6, 4), (4, 4)], 18),
+                        ([(1, 3), (5, 0.5), (2, 2)], 11), ([(3, 1)], 5)]:
+        c = timemodel.crossing_fraction(launches, F)
+        def side(x, launches=launches, F=F):
+            return sum(max(f * x, s) for f, s in launches) - F * x
+
+        assert side(c) == pytest.approx(0, abs=1e-12)
+        assert side(c * 0.999) > 0 > side(c * 1.001)
+    assert timemodel.crossing_fraction([(8, 4), (6, 4)], 14) == float("inf")
+
+
+def rules_agree_with_the_sweep(gpus, ds):
+    """Every swept d below the printed rule (2 R / 3) has a modeled gain above 1 at the
+    unique-bytes bound, every d above it a gain below 1; the same for the 16-bit-P what-if
+    against its rule, R / 3."""
+    rows = whatif.add_p16_gains(timemodel.recompute_gains(gpus, ["fp32", "bf16"], ds, **SIZE))
+    assert {(r["gpu"], r["dtype"]) for r in rows} == {
+        (roofline.spec(g)["name"], t) for g in gpus for t in ("fp32", "bf16")}
+    for r in rows:
+        pays = r["gain_unique"] > 1
+        assert pays == (r["d"] < r["rule_of_thumb_d"]), (
+            r["gpu"], r["dtype"], r["d"], r["rule_of_thumb_d"], r["gain_unique"])
+        assert (r["gain_p16_unique"] > 1) == (r["d"] < r["rule_p16_d"]), (
+            r["gpu"], r["dtype"], r["d"], r["rule_p16_d"], r["gain_p16_unique"])
+
+
+def test_the_rule_is_the_models_on_an_a100_and_h200():
+    """d = 96 in bf16 on an A100 lies between 4 R / 7 = 87 and 2 R / 3 = 102: the model says
+    recompute pays there (gain 1.07), as the per-launch rule does and the whole-roofline rule
+    does not; likewise d = 128 on an H200 (118 < 128 < 137)."""
+    rules_agree_with_the_sweep(["a100", "h200"], [64, 96, 128])
+
+
+def test_p16_what_if_halves_only_the_bytes_of_s():
+    """The what-if moves 2 bytes a score of S where stored moves 4: unique bytes fall by exactly
+    4 B H N^2 (S written once, read once), FLOPs and launches unchanged."""
+    N, d = 256, 64
+    st = timemodel.method_time("stored", 1, 2, N, N, d, "a100", dtype="bf16")
+    p16 = whatif.stored_p16_time(1, 2, N, N, d, "a100", dtype="bf16")
+    assert p16.what_if and "what-if" in p16.kernels
+    assert [x.flops for x in p16.launches["unique"]] == [x.flops for x in st.launches["unique"]]
+    saved = sum(x.bytes for x in st.launches["unique"]) - sum(x.bytes
+                                                               for x in p16.launches["unique"])
+    assert saved == 2 * 2 * N * N * 2
+
+
+@pytest.mark.slow
+def test_the_rule_agrees_with_the_crossing_sweep_everywhere():
+    """The printed rule against `bench crossing`'s default sweep on every GPU it covers."""
+    from ckptlab.cli import bench_crossing
+
+    rules_agree_with_the_sweep(list(roofline.SPECS), list(bench_crossing.DEFAULT_DIMS))
 
 
 def test_crossings_pick_the_first_d_below_one():
@@ -61,7 +127,7 @@ def test_modeled_times_decompose_and_bracket(dtype):
 
 
 def test_fp32_is_compute_bound_so_recompute_costs_on_an_a100():
-    """Past the rule's d (5.5 on an A100 in fp32) both methods are compute-bound at large N and
+    """Past the rule's d (6.4 on an A100 in fp32) both methods are compute-bound at large N and
     the gain tends to 12 d / 14 d = 0.857 at the unique-bytes bound."""
     rows = timemodel.recompute_gains(["a100"], ["fp32"], [64], **SIZE)
     assert rows[0]["gain_unique"] == pytest.approx(12 / 14, abs=0.02)
@@ -96,3 +162,11 @@ def test_bench_crossing_measures_on_the_gpu(tmp_path, capsys):
     measured = [r for r in rows if r.get("gain_measured")]
     assert [int(r["d"]) for r in measured] == [16, 64]
     assert all(float(r["gain_measured"]) > 0 for r in measured)
+
+
+def test_unique_bytes_bound_holds_once_s_exceeds_the_l2():
+    # S = 4 B H N^2 bytes (fp32): A100 L2 40 MiB -> 16 MiB at N = 2048 fits, 64 MiB at 4096 does
+    # not; RTX 4090 72 MiB -> 64 MiB at 4096 fits, 256 MiB at 8192 does not; B H = 16 -> 1024
+    assert timemodel.s_exceeds_l2_from("a100") == 4096
+    assert timemodel.s_exceeds_l2_from("rtx-4090") == 8192
+    assert timemodel.s_exceeds_l2_from("a100", B=1, H=16) == 1024

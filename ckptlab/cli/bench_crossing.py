@@ -8,12 +8,22 @@ reading it back). The two methods differ in one thing only, where P comes from:
             reads it once: s = 8 more bytes per pair (timemodel.per_pair counts them)
 
 On the roofline (peak P FLOP/s, bandwidth W, ridge R = P / W) at large N, where the operands'
-bytes are small next to these, flash is compute-bound and takes 14 d / P per pair; stored takes
-max(12 d / P, 8 / W). So recompute pays while 8 R > 14 d, that is while
+bytes are small next to these, flash is compute-bound and takes 14 d / P per pair. Stored's
+time depends on whether its launches overlap:
 
-    d < 4 R / 7       (timemodel.rule_of_thumb: A100 fp32, ridge 9.6: d < 5.5; A100 bf16, ridge
-                      153: d < 87; H200 bf16, ridge 206: d < 118)
+    one launch after another (what the time model does: a sum of per-launch maxima)
+        stored = max(4 d, 4 R) + max(8 d, 4 R)   (forward writes S, dK/dV reads it; x 1 / P)
+        for R/2 < d < R that is 4 R + 8 d, and recompute pays while 4 R + 8 d > 14 d:
+        d < 2 R / 3   (timemodel.rule_of_thumb: A100 fp32, ridge 9.6: d < 6.4; A100 bf16,
+                      ridge 153: d < 102; H200 bf16, ridge 206: d < 137)
+    perfect overlap (one roofline over the whole forward + backward)
+        stored = max(12 d, 8 R), and recompute pays while 8 R > 14 d:
+        d < 4 R / 7   (rule_of_thumb(..., overlap=True): A100 bf16: d < 87)
 
+The table prints the first, the rule the modeled gains obey, and the second beside it. A 16-bit
+stored P instead of fp32 S (a what-if: no such kernel here) would move 2 + 2 bytes a pair, not
+4 + 4: d < R / 3 (51 on an A100 in bf16), or 2 R / 7 with perfect overlap. The rule assumes
+full waves and equal occupancy for both methods; the sweep does not.
 Past it both are compute-bound and the gain is 12/14 = 0.86: the recompute is pure cost. The
 sweep below checks the rule with the full time model (ckptlab.measure.timemodel: launch cost,
 waves, bounds from unique and counted bytes) over head dims d, GPUs (ridges from ~10 FLOP/B in
@@ -31,7 +41,7 @@ import sys
 
 from ckptlab import device, kernels
 from ckptlab.cli.report import int_list, writable_file, write_csv
-from ckptlab.measure import roofline, timemodel
+from ckptlab.measure import roofline, timemodel, whatif
 
 DTYPES = ("fp32", "bf16")  # what the sweep may ask for (bf16: the tensor-core kernels)
 DEFAULT = dict(N=4096, B=1, H=16)  # enough blocks that every launch fills its waves
@@ -42,6 +52,10 @@ def _where(d, ds) -> str:
     return f"none up to d = {max(ds)}" if d is None else f"first at d = {d}"
 
 
+def r_(mine: dict, ds, key: str) -> float:
+    return mine[ds[0]][key]
+
+
 def _cell(r: dict) -> str:
     return f"{r['gain_unique']:.2f}-{r['gain_counted']:.2f}"
 
@@ -50,19 +64,23 @@ def format_table(rows: list[dict]) -> str:
     ds = sorted({r["d"] for r in rows})
     r0 = rows[0]
     head = (f"{'GPU':<16}{'dtype':<6}{'ridge':>7}" + "".join(f"{f'd={d}':>13}" for d in ds)
-            + f"{'rule d<4R/7':>12}   gain < 1 (unique bytes / counted)")
+            + f"{'2R/3':>7}{'4R/7':>7}{'P16':>6}   gain < 1 (unique bytes / counted"
+            + (" / P16 what-if, unique)" if "gain_p16_unique" in r0 else ")"))
     out = [f"recompute gain = stored / flash, modeled forward + backward time (N={r0['N']}, "
            f"B={r0['B']}, H={r0['H']}, {'causal' if r0['causal'] else 'non-causal'}); "
            "> 1: recomputing P is faster than reading it back; each cell: unique-counted bytes",
            head, "-" * len(head)]
     lo, hi = (timemodel.crossings(rows, "gain_unique"),
               timemodel.crossings(rows, "gain_counted"))
+    p16 = timemodel.crossings(rows, "gain_p16_unique") if "gain_p16_unique" in r0 else None
     for (gpu, dtype) in lo:
         mine = {r["d"]: r for r in rows if r["gpu"] == gpu and r["dtype"] == dtype}
         cells = "".join(f"{_cell(mine[d]):>13}" for d in ds)
         out.append(f"{gpu:<16}{dtype:<6}{mine[ds[0]]['ridge']:>7.1f}{cells}"
-                   f"{mine[ds[0]]['rule_of_thumb_d']:>12.1f}   {_where(lo[gpu, dtype], ds)} / "
-                   f"{_where(hi[gpu, dtype], ds)}")
+                   f"{r_(mine, ds, 'rule_of_thumb_d'):>7.1f}{r_(mine, ds, 'rule_overlap_d'):>7.1f}"
+                   f"{r_(mine, ds, 'rule_p16_d'):>6.0f}   {_where(lo[gpu, dtype], ds)} / "
+                   f"{_where(hi[gpu, dtype], ds)}"
+                   + ("" if p16 is None else f" / P16 {_where(p16[gpu, dtype], ds)}"))
     mid = 64 if 64 in ds else ds[len(ds) // 2]
     for dtype in dict.fromkeys(r["dtype"] for r in rows):
         at = [r for r in rows if r["d"] == mid and r["dtype"] == dtype]
@@ -70,9 +88,18 @@ def format_table(rows: list[dict]) -> str:
         costs = [timemodel.short_name(r["gpu"]) for r in at if r["gain_unique"] <= 1]
         out.append(f"at d = {mid}, {dtype} (unique bytes): recompute pays on "
                    f"{', '.join(pays) or 'none'}; it costs on {', '.join(costs) or 'none'}")
+    s_bytes = timemodel.SCORE_BYTES * r0["B"] * r0["H"] * r0["N"] ** 2
+    small = [timemodel.short_name(g) for g in dict.fromkeys(r["gpu"] for r in rows)
+             if s_bytes <= roofline.spec(g)["l2_bytes"]]
+    out.append(f"unique bytes bound DRAM traffic from below for a cold cache; back to back, S "
+               f"({s_bytes / 2**20:.0f} MiB here) must exceed the L2 for that to hold: "
+               + (f"it does not on {', '.join(small)}" if small else "it does on every GPU here")
+               + " (timemodel.s_exceeds_l2_from)")
     kinds = {r["dtype"]: r["kernels"] for r in rows}
-    out.append("ridge: peak FLOP/s / bandwidth (FLOP per byte); rule: s R / f, s = 8 bytes of fp32 "
-               "S per pair, f = 14 flash FLOPs per pair per d (timemodel.rule_of_thumb); "
+    out.append("ridge: peak FLOP/s / bandwidth (FLOP per byte); 2R/3: recompute pays while d < "
+               "2 R / 3 with launches one after another, the model's form; 4R/7: with perfect "
+               "overlap; P16: what-if, a 16-bit stored P instead of fp32 S (no such kernel "
+               "runs; measure.whatif), d < R / 3 (timemodel.rule_of_thumb); "
                + "; ".join(f"{k}: {v}" for k, v in kinds.items())
                + "; every time is modeled (ckptlab.measure.timemodel; registers and shared "
                f"memory: {timemodel.resources_note(rows[0]['gpu'])})")
@@ -154,6 +181,7 @@ def main(argv=None) -> int:
         p.error("--measure needs the cuda target (a GPU)")
     rows = timemodel.recompute_gains(gpus, dtypes, a.d, N=a.n, B=a.batch, H=a.heads,
                                      causal=a.causal)
+    whatif.add_p16_gains(rows)
     print(format_table(rows))
     if a.measure:
         measured = measure_gains(a.d, N=a.n, B=a.batch, H=a.heads, causal=a.causal)

@@ -3,8 +3,9 @@
 Dao et al. 2022 (arXiv 2205.14135), Fig. 2 left: GPT-2 medium attention, N = 1024, d = 64,
 H = 16 heads, batch B = 64, forward + backward on an A100, standard attention against
 FlashAttention: GFLOPs, HBM reads + writes (GB) and runtime (ms). Here three methods, fp32:
-standard (naive: unfused, S and P in HBM), stored (fused on the flash tiles, P written once and
-read back) and flash (the same tiles, P recomputed from L); standard/stored is the fusion gain,
+standard (naive: unfused, S and P in HBM), stored (fused on the flash tiles, the scores S written
+once in fp32 and read back, P = exp(S - L) formed from them) and flash (the same tiles, S
+recomputed from Q and K, P from L); standard/stored is the fusion gain,
 stored/flash the recompute gain (ckptlab.measure.timemodel.WHAT_DIFFERS).
 
     GFLOPs   matmul FLOPs at the full B, H: model (useful work, 12 d per (i, j) pair) and hardware
@@ -19,8 +20,9 @@ stored/flash the recompute gain (ckptlab.measure.timemodel.WHAT_DIFFERS).
              2-byte elements, fp32 L, D and stored's S), standard as a what-if (its fp32
              kernels at 2 bytes an element: it has no tensor-core kernel). Real DRAM traffic
              lies between the two bounds; the paper's 40.3 / 4.4 GB are DRAM bytes with caches,
-             so they compare with unique fp16 bytes. On a GPU with --ncu, Nsight Compute's
-             measured bytes stand beside both.
+             so they compare with unique fp16 bytes (at this size S is 4 GiB in fp32, far
+             above an A100's 40 MiB L2: the unique bytes are a lower bound here). On a GPU
+             with --ncu, Nsight Compute's measured bytes stand beside both.
     time     modeled on an A100 (ckptlab.measure.timemodel: launch cost + waves x roofline,
              bounds from unique and counted bytes) in fp32 and in fp16 (stored and flash: the
              tensor-core kernels; standard: the what-if); on a GPU also measured at the full

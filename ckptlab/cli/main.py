@@ -10,6 +10,8 @@
     bench torch          a torch GPT's step with ckptlab attention vs SDPA (cli.bench_torch)
     bench crossing       when recompute stops paying: stored / flash over d, GPU, dtype
                          (cli.bench_crossing)
+    bench model-check    the time model against the FlashAttention papers' A100 numbers
+                         (cli.model_check)
     kernels              registers, shared memory, spills per kernel (cli.kernels_report)
     fig2                 the FlashAttention paper's Fig. 2 table (cli.fig2)
     plan                 a training run's memory per GPU: parallel layout, sharding and the
@@ -44,6 +46,7 @@ BENCHES = {
     "emu": "ckptlab.cli.bench_emu",
     "torch": "ckptlab.cli.bench_torch",
     "crossing": "ckptlab.cli.bench_crossing",
+    "model-check": "ckptlab.cli.model_check",
 }
 PROG = "python -m ckptlab"
 

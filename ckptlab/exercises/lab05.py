@@ -61,11 +61,11 @@ def crossing_d(answer, gpu: str = "A100", dtype: str = "bf16") -> Verdict:
     """The smallest head dim d of DIMS at which the recompute gain (stored / flash modeled
     time, unique bytes, at CROSSING's size) falls below 1 on `gpu` in `dtype`; the string
     "never" if it stays above 1 up to the largest d."""
+    if unanswered(answer):  # before the sweep: nothing to compute for an empty answer
+        return Verdict(NOT_YET)
     name = roofline.spec(gpu)["name"]
     rows = timemodel.recompute_gains([name], [dtype], DIMS, **CROSSING)
     want = timemodel.crossings(rows)[name, dtype]
-    if unanswered(answer):
-        return Verdict(NOT_YET)
     if isinstance(answer, str) and answer.strip().lower() == "never":
         return right() if want is None else wrong(
             f"on {name} in {dtype} the gain does fall below 1 within d <= {max(DIMS)}")
@@ -87,9 +87,11 @@ def crossing_d(answer, gpu: str = "A100", dtype: str = "bf16") -> Verdict:
     gain = {r["d"]: r["gain_unique"] for r in rows}[int(got)]
     side = "still pays." if gain > 1 else "already costs: is it the first d where it does?"
     rule = timemodel.rule_of_thumb(name, dtype)
+    overlap = timemodel.rule_of_thumb(name, dtype, overlap=True)
     return wrong(f"at d = {int(got)} the modeled gain is {gain:.2f}: recompute {side} The "
-                 f"rule of thumb d < 4 R / 7 gives {rule:.1f} on {name} in {dtype}; the full "
-                 "model also counts operand bytes and launches")
+                 f"model's rule, d < 2 R / 3 (launches one after another), gives {rule:.1f} on "
+                 f"{name} in {dtype}; d < 4 R / 7 = {overlap:.1f} would hold only if the "
+                 "launches overlapped perfectly")
 
 
 def hfu_over_mfu(answer, B: int = 64, H: int = 16, N: int = 1024, d: int = 64) -> Verdict:

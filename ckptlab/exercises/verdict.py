@@ -73,8 +73,8 @@ def close(answer, want: float, what: str, rtol: float, hints=(), hint: str = "")
     for value, reason in hints:
         if abs(got - value) <= rtol * abs(value):
             return wrong(reason)
-    return wrong(f"{what} is off by {abs(got / want - 1):.0%} (within {rtol:.0%} counts as "
-                  f"right); {hint}".rstrip("; "))
+    return wrong(f"{what} is off by {abs(got / want - 1) * 100:.2g}% (within {rtol * 100:g}% "
+                 f"counts as right); {hint}".rstrip("; "))
 
 
 def call(fn, *args):

@@ -62,11 +62,19 @@ def offload_exposed(nbytes: float, link: str, s: int, b: int, h: int,
     return max(0.0, t - fwd) + max(0.0, t - bwd)
 
 
+def offloaded_bytes(s: int, b: int, h: int, a: int) -> int:
+    """What an offload copies out and back per layer: its activations (no recompute) without
+    its input, which stays on the GPU (the next layer's output, kept for the backward)."""
+    return (at_scale.layer_activation_bytes(s, b, h, a, "none")
+            - at_scale.layer_activation_bytes(s, b, h, a, "full"))
+
+
 def break_even_bandwidth(s: int, b: int, h: int, a: int, device: str = "H100") -> float:
-    """Bytes/s per direction at which a layer's whole activations (no recompute) copy out in
-    exactly its forward's time: above it, offloading them is free on this model."""
+    """Bytes/s per direction at which the bytes an offload copies (offloaded_bytes: the layer's
+    activations without its input) go out in exactly its forward's time: from it up the
+    offload in `table` is hidden by compute on this model."""
     fwd, _ = layer_seconds(s, b, h, device)
-    return at_scale.layer_activation_bytes(s, b, h, a, "none") / fwd
+    return offloaded_bytes(s, b, h, a) / fwd
 
 
 def table(s: int, b: int, h: int, a: int, layers: int = 1, device: str = "H100") -> list[dict]:
@@ -76,7 +84,7 @@ def table(s: int, b: int, h: int, a: int, layers: int = 1, device: str = "H100")
     double-buffered); extra_s: modeled seconds per step added to `layers` layers' compute."""
     peak = roofline.peak_flops(device, "bf16")
     full = at_scale.layer_activation_bytes(s, b, h, a, "none")
-    inp = at_scale.layer_activation_bytes(s, b, h, a, "full")
+    inp = full - offloaded_bytes(s, b, h, a)
     rows = []
     for r in ("none", "selective", "full"):
         rows.append(dict(choice=f"recompute: {r}", held_bytes=layers * at_scale.

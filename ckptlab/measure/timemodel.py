@@ -47,6 +47,7 @@ DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}  # element bytes (16-bit: tensor-core
 FP32_ARGS = ("L", "D")  # kept in fp32 whatever the element type (logsumexp, rowsum(dO * O))
 BOUNDS = ("unique", "counted")  # lower, upper
 TC_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # -> traffic_tc's names (table.TC_TYPES)
+SCORE_BYTES = 4  # the stored kernels keep S in fp32, in both precisions (traffic, traffic_tc)
 KERNELS_NOTE = {
     "fp32": "the fp32 kernels (CUDA cores)",
     "tc": "the tensor-core kernels (kernels/attn_flash_*_tc.cu, bytes: measure.traffic_tc)",
@@ -100,10 +101,14 @@ def short_name(device) -> str:
 
 
 def launch_time(kernel: str, blocks: int, threads: int, flops, nbytes, device,
-                dtype: str = "fp32", res: occupancy.Resources | None = None) -> LaunchTime:
+                dtype: str = "fp32", res: occupancy.Resources | None = None,
+                achievable: float = 1.0) -> LaunchTime:
     """Modeled time of one launch of `kernel` (`blocks` blocks of `threads` threads doing `flops`
     FLOPs and moving `nbytes` bytes in all) on `device`. `res` defaults to the compiler's report
-    for the device's arch (occupancy.resources)."""
+    for the device's arch (occupancy.resources). `achievable`: the fraction of the peak FLOP/s
+    the arithmetic reaches (1: the roofline; see ckptlab.cli.model_check for a measured one)."""
+    if not 0 < achievable <= 1:
+        raise ValueError(f"achievable: expected a fraction in (0, 1], got {achievable!r}")
     s = roofline.spec(device)
     if not isinstance(blocks, int) or blocks < 1:
         raise ValueError(f"blocks: expected a positive int, got {blocks!r}")
@@ -115,7 +120,7 @@ def launch_time(kernel: str, blocks: int, threads: int, flops, nbytes, device,
     share = slots / blocks  # each block's work, times the blocks of one full wave
     return LaunchTime(
         kernel, blocks, threads, resident, limiter, slots, ceil_div(blocks, slots), flops,
-        nbytes, share * flops / roofline.peak_flops(s, dtype),
+        nbytes, share * flops / (achievable * roofline.peak_flops(s, dtype)),
         share * nbytes / s["hbm_bytes_per_s"], LAUNCH_S, s["name"], dtype, res.source)
 
 
@@ -201,8 +206,9 @@ def timed_launches(method: str, B, H, Nq, Nk, d, causal=False, deterministic=Fal
 
 
 def method_time(method: str, B, H, Nq, Nk, d, device, *, causal=False, deterministic=False,
-                dtype: str = "fp32") -> MethodTime:
-    """Every launch of `method`'s forward + backward (timed_launches) timed at both bounds."""
+                dtype: str = "fp32", achievable: float = 1.0) -> MethodTime:
+    """Every launch of `method`'s forward + backward (timed_launches) timed at both bounds;
+    `achievable` as in launch_time."""
     name = roofline.spec(device)["name"]
     out: dict = {b: [] for b in BOUNDS}
     runs, kind = timed_launches(method, B, H, Nq, Nk, d, causal, deterministic, dtype)
@@ -211,7 +217,7 @@ def method_time(method: str, B, H, Nq, Nk, d, device, *, causal=False, determini
         nbytes = launch_bytes(kt, dtype)
         for bound in BOUNDS:
             out[bound].append(launch_time(kt.kernel, blocks, threads, kt.flops, nbytes[bound],
-                                          name, dtype))
+                                          name, dtype, achievable=achievable))
     return MethodTime(method, name, dtype, out, KERNELS_NOTE[kind], kind == "what-if")
 
 
@@ -264,37 +270,96 @@ def fills_waves_from(B, H, d, device, methods=CHAIN, *, causal=False, determinis
     return None
 
 
+def s_exceeds_l2_from(device, B: int = 1, H: int = 1, score_bytes: int = SCORE_BYTES) -> int:
+    """The smallest power-of-two N at which stored's S (B H N^2 scores of score_bytes) is larger
+    than `device`'s L2. Unique bytes are a lower bound on a launch's DRAM traffic with a cold
+    cache (what Nsight Compute's default cache control gives each launch); in back-to-back
+    timed runs a smaller S can stay in L2 between stored's forward and backward, and the DRAM
+    traffic fall below the summed unique bytes. From this N on it cannot."""
+    l2 = roofline.spec(device)["l2_bytes"]
+    n = 1
+    while B * H * n * n * score_bytes <= l2:
+        n *= 2
+    return n
+
+
 # ---------------------------------------------------------------- when recompute stops paying
 
 
 RULE_SIZE = dict(N=64, d=16)  # tiles divide N and d = Dt: whole tiles, no padding
 
 
-def per_pair(dtype: str, deterministic: bool = False) -> dict:
+def stored_launches_per_pair(dtype: str, deterministic: bool = False,
+                             score_bytes: int = SCORE_BYTES) -> list[tuple[float, float]]:
+    """Per visible (i, j) pair, one (FLOPs per d, bytes of S) for each launch of stored's forward
+    + backward (timed_launches at RULE_SIZE; launches without FLOPs or S left out). score_bytes:
+    the bytes of one stored score, 4 for the kernels' fp32 S; 2 is the what-if of a 16-bit P."""
+    N, d = RULE_SIZE["N"], RULE_SIZE["d"]
+    pairs = traffic.visible_pairs(N, N, False)
+    out = []
+    for kt in timed_launches("stored", 1, 1, N, N, d, False, deterministic, dtype)[0]:
+        f = kt.flops / pairs / d
+        s = (kt.read.get("S", 0) + kt.write.get("S", 0)) / pairs * score_bytes / SCORE_BYTES
+        if f or s:
+            out.append((f, s))
+    return out
+
+
+def per_pair(dtype: str, deterministic: bool = False, score_bytes: int = SCORE_BYTES) -> dict:
     """Per visible (i, j) pair, from the modeled launches method_time times (timed_launches at
     RULE_SIZE): stored's bytes of S (written by the forward, read by each backward kernel that
     reads it), and stored's and flash's hardware FLOPs in units of d."""
     N, d = RULE_SIZE["N"], RULE_SIZE["d"]
     pairs = traffic.visible_pairs(N, N, False)
-    runs = {m: timed_launches(m, 1, 1, N, N, d, False, deterministic, dtype)[0]
-            for m in ("stored", "flash")}
-    s = sum(kt.read.get("S", 0) + kt.write.get("S", 0) for kt in runs["stored"])
-    return dict(s_bytes=s / pairs, **{f"{m}_flops_per_d": sum(kt.flops for kt in runs[m])
-                                      / pairs / d for m in runs})
+    runs = stored_launches_per_pair(dtype, deterministic, score_bytes)
+    flash = timed_launches("flash", 1, 1, N, N, d, False, deterministic, dtype)[0]
+    return dict(s_bytes=sum(s for _, s in runs), stored_flops_per_d=sum(f for f, _ in runs),
+                flash_flops_per_d=sum(kt.flops for kt in flash) / pairs / d)
 
 
-def rule_of_thumb(gpu, dtype: str, deterministic: bool = False) -> float:
-    """The head dim below which recompute pays on the roofline, s R / f: per (i, j) pair flash
-    runs f d FLOPs (f = 14 with the atomic dQ: 4 forward, 10 backward with the recomputed S;
-    stored 12) and stored moves s more bytes, its scores S (per_pair counts both from the
-    models). S is fp32 in both precisions (the tensor-core stored kernel keeps the accumulators'
-    fp32 S, traffic_tc), written once and read once by the dK/dV kernel: s = 8. At large N, with
-    operand bytes neglected, flash is compute-bound (f d / peak) and stored takes
-    max(12 d / peak, s / bandwidth): recompute pays while s R > f d, d < 8 R / 14 = 4 R / 7.
-    Past it both are compute-bound and the gain is 12 / 14. Deterministic dQ: the dQ kernel
-    reads S again (s = 12) and recomputes dP, flash also S (f = 18, stored 14): d < 2 R / 3."""
-    p = per_pair(dtype, deterministic)
-    return p["s_bytes"] * roofline.ridge_point(gpu, dtype) / p["flash_flops_per_d"]
+def crossing_fraction(launches: list[tuple[float, float]], flash_flops_per_d: float) -> float:
+    """The c for which recompute pays while d < c R: the root of
+    sum_i max(f_i c, s_i) = F c (stored's launches (f_i, s_i) against flash's F, each side in
+    units of 1 / peak per pair, d = c R). The left side is convex and piecewise linear, sum s_i at
+    c = 0, so the root is unique; inf if stored never runs more FLOPs' worth than flash."""
+    F = flash_flops_per_d
+    if sum(f for f, _ in launches) >= F:
+        return float("inf")
+    lhs = lambda c: sum(max(f * c, s) for f, s in launches)  # noqa: E731
+    cuts = sorted({s / f for f, s in launches if f > 0} | {0.0})
+    cuts.append(cuts[-1] + 1 + lhs(cuts[-1]) / F)  # past every cut and past the root
+    for a, b in zip(cuts, cuts[1:], strict=False):
+        if lhs(b) <= F * b:  # the root lies in [a, b], where the left side is linear
+            slope = (lhs(b) - lhs(a)) / (b - a)
+            return (lhs(a) - slope * a) / (F - slope)
+    raise AssertionError("unreachable: the left side grows slower than F c past the last cut")
+
+
+def rule_fraction(dtype: str, deterministic: bool = False, *, overlap: bool = False,
+                  score_bytes: int = SCORE_BYTES) -> float:
+    """c in 'recompute pays while d < c R'. overlap=False, the form the time model obeys (a sum
+    of per-launch maxima, no launch overlapping the next): 2/3, because stored's forward
+    (4 d FLOPs, 4 bytes of S) and its dK/dV kernel (8 d, 4 bytes) turn compute-bound one at a
+    time, at d = R and d = R / 2; for R/2 < d < R stored takes 4 R + 8 d against flash's 14 d.
+    overlap=True, one roofline over the whole forward + backward (perfect overlap of the
+    launches' memory and compute): max(12 d, 8 R) against 14 d, c = s / f = 8/14 = 4/7.
+    Deterministic dQ: 2/3 in both forms. score_bytes=2 (a 16-bit P, what-if): 1/3 and 2/7."""
+    if overlap:
+        p = per_pair(dtype, deterministic, score_bytes)
+        return p["s_bytes"] / p["flash_flops_per_d"]
+    return crossing_fraction(stored_launches_per_pair(dtype, deterministic, score_bytes),
+                             per_pair(dtype, deterministic)["flash_flops_per_d"])
+
+
+def rule_of_thumb(gpu, dtype: str, deterministic: bool = False, *, overlap: bool = False,
+                  score_bytes: int = SCORE_BYTES) -> float:
+    """The head dim below which recompute pays, c R (c: rule_fraction; R the ridge of `gpu` in
+    `dtype`): d < 2 R / 3 with launches one after another (the time model's form), d < 4 R / 7
+    with perfect overlap (overlap=True). Past it both methods are compute-bound and the gain is
+    12 / 14. It assumes full waves and the same occupancy for both methods; the time model
+    (recompute_gains) assumes neither."""
+    return rule_fraction(dtype, deterministic, overlap=overlap,
+                         score_bytes=score_bytes) * roofline.ridge_point(gpu, dtype)
 
 
 def recompute_gains(gpus, dtypes, ds, *, N, B=1, H=16, causal=False,
@@ -318,6 +383,8 @@ def recompute_gains(gpus, dtypes, ds, *, N, B=1, H=16, causal=False,
                     gain_unique=t["stored"].lower / t["flash"].lower,
                     gain_counted=t["stored"].upper / t["flash"].upper,
                     rule_of_thumb_d=rule_of_thumb(name, dtype, deterministic),
+                    rule_overlap_d=rule_of_thumb(name, dtype, deterministic, overlap=True),
+                    rule_p16_d=rule_of_thumb(name, dtype, deterministic, score_bytes=2),
                     kernels=t["stored"].kernels, source="modeled"))
     return rows
 

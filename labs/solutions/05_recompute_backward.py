@@ -26,12 +26,14 @@ def recompute_bytes_saved(B: int, H: int, N: int, d: int) -> int:
 answer_2 = recompute_bytes_saved(1, 1, 256, 64)  # 524,288 bytes (d does not enter)
 
 
-# Exercise 3. Recompute pays while d < 4 R / 7 (section 1: S stays fp32, 8 bytes a pair, in bf16
-# too): A100 in bf16, ridge R = 312e12 / 2.039e12 = 153 FLOP/byte, so d < 4 x 153 / 7 = 87.4.
-# Of 16, 32, 64, 128 the first above it is 128: there the recompute gain falls below 1 (the
-# sweep: 0.94 with unique bytes; still 1.46 at d = 64).
+# Exercise 3. With launches one after another (the time model), recompute pays while d < 2 R / 3
+# (section 1: stored's forward max(4 d, 4 R) + its backward max(8 d, 4 R) against flash's 14 d,
+# S fp32 in bf16 too): A100 in bf16, ridge R = 312e12 / 2.039e12 = 153 FLOP/byte, so
+# d < 2 x 153 / 3 = 102. Of 16, 32, 64, 128 the first above it is 128: there the recompute gain
+# falls below 1 (the sweep: 0.94 with unique bytes; still 1.46 at d = 64). (With perfect
+# overlap the rule would be 4 R / 7 = 87.4: the same answer on this sweep.)
 ridge = A100_TENSOR16 / A100_BANDWIDTH
-rule = 4 * ridge / 7  # 87.4
+rule = 2 * ridge / 3  # 102.0
 answer_3 = min(d for d in (16, 32, 64, 128) if d > rule)  # 128
 
 # Exercise 4. Per (i, j) pair: model FLOPs 4 d (forward) + 8 d (backward) = 12 d; hardware FLOPs

@@ -8,7 +8,8 @@
 //                   the bits shifted up), the _rn form, raw bits
 //   arithmetic      __hadd/__hsub/__hmul/__hdiv/__hfma... overloaded for bf16 as in CUDA, and
 //                   the operators: in float, rounded once (float's 24 bits >= 2*8 + 2: rounding
-//                   twice is innocuous for + - * /, as for half)
+//                   twice is innocuous for + - * /, as for half); __hfma and the conversions
+//                   from double through float rounded to odd, as in cuda_fp16.h
 #pragma once
 
 #include "cuda_fp16.h"
@@ -37,7 +38,7 @@ struct __align__(2) __nv_bfloat16 {
     __nv_bfloat16() = default;
     __nv_bfloat16(const __nv_bfloat16_raw& r) : __x(r.x) {}
     __nv_bfloat16(float f) : __x(emu_float_to_bf16_bits(f)) {}
-    __nv_bfloat16(double f) : __x(emu_float_to_bf16_bits(static_cast<float>(f))) {}
+    __nv_bfloat16(double f) : __x(emu_float_to_bf16_bits(emu_double_to_float_odd(f))) {}
     __nv_bfloat16(int i) : __x(emu_float_to_bf16_bits(static_cast<float>(i))) {}
     operator float() const { return emu_bf16_bits_to_float(__x); }
     operator __nv_bfloat16_raw() const { return {__x}; }
@@ -65,7 +66,9 @@ inline __nv_bfloat16 __float2bfloat16_rz(float f) {  // truncation: toward zero
     return emu_bf16_from_bits(static_cast<unsigned short>(x >> 16));
 }
 inline float __bfloat162float(__nv_bfloat16 h) { return emu_bf16_bits_to_float(h.__x); }
-inline __nv_bfloat16 __double2bfloat16(double d) { return __float2bfloat16(static_cast<float>(d)); }
+inline __nv_bfloat16 __double2bfloat16(double d) {
+    return __float2bfloat16(emu_double_to_float_odd(d));
+}
 inline __nv_bfloat16 __int2bfloat16_rn(int i) { return __float2bfloat16(static_cast<float>(i)); }
 inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
 inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short b) { return emu_bf16_from_bits(b); }
@@ -93,7 +96,7 @@ inline __nv_bfloat16 __hdiv(__nv_bfloat16 a, __nv_bfloat16 b) { return emu_bf16_
 inline __nv_bfloat16 __hneg(__nv_bfloat16 a) { return emu_bf16_from_bits(a.__x ^ 0x8000u); }
 inline __nv_bfloat16 __habs(__nv_bfloat16 a) { return emu_bf16_from_bits(a.__x & 0x7fffu); }
 inline __nv_bfloat16 __hfma(__nv_bfloat16 a, __nv_bfloat16 b, __nv_bfloat16 c) {
-    return emu_bf16_op(static_cast<float>(static_cast<double>(float(a)) * float(b) + float(c)));
+    return emu_bf16_op(emu_double_to_float_odd(emu_fma_odd(float(a), float(b), float(c))));
 }
 inline __nv_bfloat16 __hmax(__nv_bfloat16 a, __nv_bfloat16 b) { return emu_bf16_op(fmaxf(float(a), float(b))); }
 inline __nv_bfloat16 __hmin(__nv_bfloat16 a, __nv_bfloat16 b) { return emu_bf16_op(fminf(float(a), float(b))); }

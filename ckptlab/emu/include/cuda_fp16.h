@@ -11,7 +11,11 @@
 //                   and the operators; each correctly rounded: computed in float, then
 //                   rounded once to half. (float has 24 >= 2*11 + 2 bits, so rounding twice
 //                   gives the correctly rounded result for + - * /: Figueroa, "When is double
-//                   rounding innocuous?", SIGNUM 1995.) __hfma goes through double.
+//                   rounding innocuous?", SIGNUM 1995.) __hfma and the conversions from
+//                   double round once too: the exact result is rounded to odd in float (no
+//                   rounding twice can go wrong from there when float keeps >= 2 more bits than
+//                   the target: Boldo & Melquiond, "When double rounding is odd", 2005), then to
+//                   nearest even in the 16-bit format.
 //
 // g++ 12 has _Float16 on x86-64 but g++ 10 (the oldest the emulator supports) does not, and
 // bf16 has no host type at all: so both formats are converted here bit by bit, the same way.
@@ -56,6 +60,33 @@ inline float emu_half_bits_to_float(unsigned short h) {
     return f;
 }
 
+// ---- one rounding from double: round to odd in float, then to nearest even -------------------
+inline float emu_double_to_float_odd(double d) {  // float nearest d toward 0, last bit set if inexact
+    if (std::isnan(d)) return static_cast<float>(d);
+    float f = static_cast<float>(d);
+    if (std::fabs(static_cast<double>(f)) > std::fabs(d)) f = std::nextafter(f, 0.0f);  // inf too
+    if (static_cast<double>(f) != d) {
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        u |= 1u;
+        std::memcpy(&f, &u, 4);
+    }
+    return f;
+}
+
+inline double emu_fma_odd(double a, double b, double c) {
+    // a * b + c rounded to odd in double, for a * b exact in double (16-bit operands): the sum
+    // rounded to nearest, its error exactly by Knuth's TwoSum, and a nonzero error makes the
+    // result the odd one of its two neighbours
+    const double s = a * b, r = s + c;
+    if (!std::isfinite(r)) return r;
+    const double bb = r - s, err = (s - (r - bb)) + (c - bb);
+    uint64_t u;
+    std::memcpy(&u, &r, 8);
+    if (err != 0 && !(u & 1u)) return std::nextafter(r, err > 0 ? INFINITY : -INFINITY);
+    return r;
+}
+
 // ---- the types --------------------------------------------------------------------------------
 struct __half_raw {
     unsigned short x;
@@ -66,7 +97,7 @@ struct __align__(2) __half {
     __half() = default;
     __half(const __half_raw& r) : __x(r.x) {}
     __half(float f) : __x(emu_float_to_half_bits(f)) {}
-    __half(double f) : __x(emu_float_to_half_bits(static_cast<float>(f))) {}
+    __half(double f) : __x(emu_float_to_half_bits(emu_double_to_float_odd(f))) {}
     __half(int i) : __x(emu_float_to_half_bits(static_cast<float>(i))) {}
     __half(unsigned i) : __x(emu_float_to_half_bits(static_cast<float>(i))) {}
     operator float() const { return emu_half_bits_to_float(__x); }
@@ -96,7 +127,7 @@ inline __half __float2half_rz(float f) {  // toward zero: the largest |h| <= |f|
     return h;
 }
 inline float __half2float(__half h) { return emu_half_bits_to_float(h.__x); }
-inline __half __double2half(double d) { return __float2half(static_cast<float>(d)); }
+inline __half __double2half(double d) { return __float2half(emu_double_to_float_odd(d)); }
 inline __half __int2half_rn(int i) { return __float2half(static_cast<float>(i)); }
 inline int __half2int_rz(__half h) { return static_cast<int>(__half2float(h)); }
 inline unsigned short __half_as_ushort(__half h) { return h.__x; }
@@ -123,9 +154,9 @@ inline __half __hmul(__half a, __half b) { return __float2half(__half2float(a) *
 inline __half __hdiv(__half a, __half b) { return __float2half(__half2float(a) / __half2float(b)); }
 inline __half __hneg(__half a) { return emu_half_from_bits(a.__x ^ 0x8000u); }
 inline __half __habs(__half a) { return emu_half_from_bits(a.__x & 0x7fffu); }
-inline __half __hfma(__half a, __half b, __half c) {  // a*b exact in double, one more rounding
-    const double r = static_cast<double>(__half2float(a)) * __half2float(b) + __half2float(c);
-    return __float2half(static_cast<float>(r));
+inline __half __hfma(__half a, __half b, __half c) {  // a * b + c rounded once, as CUDA does
+    return __float2half(emu_double_to_float_odd(emu_fma_odd(__half2float(a), __half2float(b),
+                                                            __half2float(c))));
 }
 inline __half __hmax(__half a, __half b) { return __float2half(fmaxf(__half2float(a), __half2float(b))); }
 inline __half __hmin(__half a, __half b) { return __float2half(fminf(__half2float(a), __half2float(b))); }

@@ -22,6 +22,22 @@
 //     columns, the accumulator in blocks of 8). Code that only does the same thing to every
 //     x[i] is correct on both; code that assumes a layout is wrong on both.
 //
+// Where the emulator differs from a GPU (code written to CUDA's contract runs the same on both):
+//   * num_elements of __half / __nv_bfloat16 matrix_a and matrix_b fragments (m16n16k16):
+//     CUDA's are 16 per lane (its layouts hold some elements in more than one lane), the
+//     emulator's 8 (each of the 256 elements once). Accumulators (8 floats a lane) agree. A
+//     loop to num_elements that does the same to every x[i] is right on both; code that
+//     hard-codes 16, or copies x[i] between fragments of different kinds, is not.
+//   * Summation: the emulator adds the k products to C one by one in k order, each addition
+//     rounded to nearest in fp32. Tensor cores add a whole group of products at once, aligned
+//     to the largest exponent, and truncate the bits shifted out instead of rounding (V100, T4,
+//     A100: Fasi, Higham, Mikaitis and Pranesh, "Numerical behavior of NVIDIA tensor cores",
+//     PeerJ Computer Science 7:e330, 2021). So a GPU's fp32 sums can differ from the
+//     emulator's in the last bits and drift toward zero, by up to about one fp32 ulp of the
+//     largest term per group; error bounds set by 16-bit rounding (2^-9 for bf16, 2^-12 for
+//     half, relative) are 2^11 or more times larger and hold on both, while a test that
+//     compares fp32 accumulators bit for bit with the emulator's holds on the emulator only.
+//
 // Bytes: each lane loads and stores only its own elements of a tile, so the memory hooks count
 // a 16 x 16 half tile as 512 bytes once per warp, as a GPU moves it, not 32 times. mma_sync
 // exchanges the fragments through a per-warp staging buffer in thread-local storage (a block's
