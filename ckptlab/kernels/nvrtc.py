@@ -256,10 +256,9 @@ def _pick_backend(backend):
 
 def compile_file(path, arch: str = "sm_90", backend: str | None = None,
                  instantiations=None, defines=None) -> list[dict]:
-    """compile_records, kept on disk (the emulator's cache, ptxas-records/) under a hash of all
-    the result depends on: the file and the headers beside it, arch, compiler and version,
-    options, instantiations, defines. A failed compile is never kept; records read back carry
-    the compile_s of the compile that made them."""
+    """compile_records, kept on disk (the emulator's cache, ptxas-records/) under a hash of the
+    file, the headers beside it, arch, compiler and version, options, instantiations, defines;
+    a failure is never kept. Records read back carry the compile_s of the compile that made them."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"path: expected an existing .cu file, got {str(path)!r}")
