@@ -138,6 +138,11 @@ def test_memory_trace(tmp_path):
     assert fig.axes[0].get_ylabel() == "memory held (MiB)"
     assert _title(fig) == "sqrt(L) peaks at 3 MiB vs 4 MiB for store-all (1.3x less)"
     assert "recompute (sqrt(L))" in _legend(fig)
+    # no line wears a phase band's colour (the second line was the recompute band's orange)
+    from matplotlib.colors import same_color
+    lines = [line.get_color() for line in fig.axes[0].lines]
+    assert len(lines) == 2 and not any(same_color(c, p) for c in lines
+                                       for p in plots.PHASE_COLOR.values()), lines
     fig = plots.plot_memory_trace({"sqrt(L)": ckpt}, phases)
     assert _title(fig) == "sqrt(L) peaks at 3 MiB at step 4, during recompute"
     with pytest.raises(ValueError, match="phases"):
