@@ -37,6 +37,7 @@ from ckptlab.measure.figure import (  # noqa: F401  (public here too: plots is t
 from ckptlab.measure.ncu import SOURCES
 from ckptlab.measure.tradeoff import (  # noqa: F401
     pareto_front,
+    pareto_front_with_spread,
     plot_memory_vs_time,
     plot_pareto,
 )
