@@ -31,6 +31,7 @@ import sys
 
 from ckptlab import device, kernels
 from ckptlab.cli.report import int_list, write_csv
+from ckptlab.kernels import archs
 from ckptlab.measure import roofline, timemodel
 
 DTYPES = ("fp32", "bf16")  # what the sweep may ask for (bf16: the tensor-core kernels)
@@ -149,7 +150,12 @@ def main(argv=None) -> int:
         p.error("--measure needs the cuda target (a GPU)")
     rows = timemodel.recompute_gains(gpus, dtypes, a.d, N=a.n, B=a.batch, H=a.heads,
                                      causal=a.causal)
-    print(format_table(rows))
+    if rows:
+        print(format_table(rows))
+    for g in gpus:  # the pairs left out, with the reason
+        for dt in dtypes:
+            if reason := archs.dtype_refusal(dt, roofline.spec(g)["arch"]):
+                print(f"{g} {dt}: not modeled, {reason}")
     if a.measure:
         measured = measure_gains(a.d, N=a.n, B=a.batch, H=a.heads, causal=a.causal)
         print(format_measured(measured))

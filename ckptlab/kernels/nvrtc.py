@@ -1,6 +1,6 @@
-"""NVIDIA's real compiler as a check, no GPU needed: compile kernels/*.cu for an arch (sm_80,
-sm_90) and read ptxas' `-v` report, one record per kernel (registers, static shared memory,
-spills, stack, barriers, constant banks).
+"""NVIDIA's real compiler as a check, no GPU needed: compile kernels/*.cu for an arch (sm_75
+... sm_90, ckptlab.kernels.archs) and read ptxas' `-v` report, one record per kernel
+(registers, static shared memory, spills, stack, barriers, constant banks).
 
 The emulator runs the kernels; only ptxas says what they cost on the chip. A spill or a jump in
 registers shows up here first. Two backends: NVRTC (the compiler as a library, from the pip
@@ -21,9 +21,10 @@ import time
 from pathlib import Path
 
 from ckptlab.device import KERNELS_DIR
+from ckptlab.kernels import archs as arch_support
 from ckptlab.kernels.table import instantiations as launched
 
-ARCHS = ("sm_80", "sm_90")
+ARCHS = tuple(arch_support.ARCHS)  # sm_75 (T4) ... sm_90 (H100)
 BACKENDS = ("nvrtc", "nvcc")
 NVRTC_BINDINGS = ("cuda.bindings.nvrtc", "cupy_backends.cuda.libs.nvrtc")  # tried in this order
 INSTALL_HINT = (
@@ -38,6 +39,11 @@ HEADERS_HINT = (
 
 class CompilerNotFound(RuntimeError):
     """Neither NVRTC nor nvcc (or not the one asked for) can be used on this machine."""
+
+
+class ArchUnsupported(ValueError):
+    """An instantiation the arch cannot run (bf16 wmma on sm_75...): refused before compiling,
+    with archs.refusal's reason."""
 
 
 class CompileError(RuntimeError):
@@ -257,17 +263,24 @@ def compile_file(path, arch: str = "sm_90", backend: str | None = None,
     each with file, kernel (demangled), backend ("nvrtc 12.9 (cuda.bindings.nvrtc)", "nvcc
     13.0") and compile_s (the whole file's wall time). Raises CompileError with the log.
     Template kernels are compiled only when instantiated: `instantiations` (default: the ones
-    ckptlab.kernels launches from this file) are added as NVRTC name expressions, or for
-    nvcc taken by address at the end of a copy of the source. `defines` ({"TILE": 32}) are
-    passed as -D options, e.g. to compile a kernel at another tile size."""
+    ckptlab.kernels launches from this file that `arch` runs, ckptlab.kernels.archs; one it
+    cannot run raises ArchUnsupported, before any compile) are added as NVRTC name
+    expressions, or for nvcc taken by address at the end of a copy of the source. `defines`
+    ({"TILE": 32}) are passed as -D options, e.g. to compile a kernel at another tile size."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"path: expected an existing .cu file, got {str(path)!r}")
     if not isinstance(arch, str) or not re.fullmatch(r"sm_\d{2,3}[af]?", arch):
         raise ValueError(f"arch: expected a real GPU arch such as 'sm_80' or 'sm_90', got {arch!r}")
+    known = arch in arch_support.ARCHS
+    if instantiations is None:  # the default ones this arch runs (all of them on sm_80+)
+        instantiations = arch_support.supported(path.name, arch) if known else \
+            launched(path.name)
+    elif known:
+        for name in instantiations:
+            if reason := arch_support.refusal(name, arch):
+                raise ArchUnsupported(f"{name} cannot run on {arch}: {reason}")
     backend = _pick_backend(backend)
-    if instantiations is None:
-        instantiations = launched(path.name)
     includes = [f"-I{path.resolve().parent}"]
     includes += [f"-D{name}={value}" for name, value in dict(defines or {}).items()]
     start = time.perf_counter()

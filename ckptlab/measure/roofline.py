@@ -91,6 +91,29 @@ _4090_DEVICEQUERY = (
     _ADA_WHITEPAPER + "; a device query on an RTX 4090 printed 'L2 Cache Size: 72.00 MB "
     "(75497472 bytes)' (a public README, found by searching for that byte count)"
 )
+_T4_DATASHEET = (
+    "NVIDIA T4 Tensor Core GPU datasheet (NVIDIA T4 70W low profile PCIe GPU accelerator), "
+    "https://www.nvidia.com/en-us/data-center/tesla-t4/ (FP32 8.1 TFLOPS; mixed precision "
+    "FP16/FP32 65 TFLOPS, no sparsity on Turing; GDDR6 320+ GB/s; 2,560 CUDA cores, 320 Turing "
+    "Tensor Cores), read via https://www.tomshardware.co.uk/nvidia-tesla-t4-turing-gpu,news-"
+    "59152.html and https://sysrqmts.com/en/gpus/nvidia/tesla/t4 (TechPowerUp data: 320.0 GB/s, "
+    "40 SMs, L2 4 MB)"
+)
+_GA102_WHITEPAPER = (
+    "NVIDIA Ampere GA102 GPU Architecture whitepaper, Appendix A, GeForce RTX 3090 (82 SMs; peak "
+    "FP32 35.6 TFLOPS; peak FP16 Tensor TFLOPS with FP32 accumulate 71, 142 with sparsity; "
+    "936 GB/s GDDR6X; L2 6144 KB; 128 KB L1/shared per SM), https://www.nvidia.com/content/PDF/"
+    "nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf, read via "
+    "https://docslib.org/doc/759549/nvidia-ampere-ga102-gpu-architecture-whitepaper"
+)
+_A10_DATASHEET = (
+    "NVIDIA A10 Tensor Core GPU datasheet, https://www.nvidia.com/en-us/data-center/products/a10-"
+    "gpu/ (FP32 31.2 TFLOPS; BF16/FP16 tensor 125 TFLOPS, 250 with sparsity; 600 GB/s GDDR6; "
+    "24 GB), read via https://sysrqmts.com/vi/gpus/compare/nvidia-a10-pcie-vs-nvidia-a2 "
+    "(TechPowerUp data: 72 SMs, 9216 CUDA cores, L2 6 MB, 600.2 GB/s). AWS's A10G (g5 "
+    "instances) has no NVIDIA datasheet; it shares the A10's 24 GB at 600 GB/s "
+    "(https://www.baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference/)"
+)
 
 # name -> peak numbers (SI: FLOP/s and bytes/s are powers of ten; L2 and shared memory are
 # binary sizes, as cudaDeviceProp reports them) and, per number, its source.
@@ -186,6 +209,60 @@ SPECS: dict[str, dict] = {
             "arch": _COMPUTE_CAPS,
         },
     },
+    "T4": {
+        "fp32_flops": 8.1e12,
+        "tensor16_flops": 65e12,  # FP16 only: Turing's tensor cores have no bf16 (sm_75)
+        "hbm_bytes_per_s": 320e9,  # GDDR6
+        "l2_bytes": 4 * MIB,
+        "smem_per_sm_bytes": 64 * KIB,
+        "sms": 40,
+        "arch": "sm_75",  # compute capability 7.5
+        "sources": {
+            "fp32_flops": _T4_DATASHEET,
+            "tensor16_flops": _T4_DATASHEET + " (FP16 with FP32 accumulate, dense)",
+            "hbm_bytes_per_s": _T4_DATASHEET,
+            "l2_bytes": _T4_DATASHEET + "; '4 MB' taken as 4 MiB",
+            "smem_per_sm_bytes": _COMPUTE_CAPS + " (7.5: 64 KB per SM)",
+            "sms": _T4_DATASHEET + " (2,560 CUDA cores / 64 per Turing SM = 40)",
+            "arch": _COMPUTE_CAPS,
+        },
+    },
+    "A10": {
+        "fp32_flops": 31.2e12,
+        "tensor16_flops": 250e12 / 2,
+        "hbm_bytes_per_s": 600e9,  # GDDR6
+        "l2_bytes": 6 * MIB,
+        "smem_per_sm_bytes": 100 * KIB,
+        "sms": 72,
+        "arch": "sm_86",  # compute capability 8.6
+        "sources": {
+            "fp32_flops": _A10_DATASHEET,
+            "tensor16_flops": _A10_DATASHEET + "; dense is half the sparse figure",
+            "hbm_bytes_per_s": _A10_DATASHEET,
+            "l2_bytes": _A10_DATASHEET + "; '6 MB' taken as 6 MiB",
+            "smem_per_sm_bytes": _COMPUTE_CAPS + " (8.6: 100 KB per SM)",
+            "sms": _A10_DATASHEET,
+            "arch": _COMPUTE_CAPS,
+        },
+    },
+    "RTX-3090": {
+        "fp32_flops": 35.6e12,
+        "tensor16_flops": 71e12,  # FP32 accumulate: half the FP16-accumulate rate on GeForce
+        "hbm_bytes_per_s": 936e9,  # GDDR6X
+        "l2_bytes": 6 * MIB,
+        "smem_per_sm_bytes": 100 * KIB,
+        "sms": 82,
+        "arch": "sm_86",  # compute capability 8.6
+        "sources": {
+            "fp32_flops": _GA102_WHITEPAPER,
+            "tensor16_flops": _GA102_WHITEPAPER,
+            "hbm_bytes_per_s": _GA102_WHITEPAPER,
+            "l2_bytes": _GA102_WHITEPAPER + "; 6144 KB = 6 MiB",
+            "smem_per_sm_bytes": _COMPUTE_CAPS + " (8.6: 100 KB per SM)",
+            "sms": _GA102_WHITEPAPER,
+            "arch": _COMPUTE_CAPS,
+        },
+    },
 }
 
 ALIASES = {
@@ -195,6 +272,10 @@ ALIASES = {
     "l4": "L4",
     "4090": "RTX-4090",
     "rtx4090": "RTX-4090",
+    "t4": "T4",
+    "a10": "A10",
+    "3090": "RTX-3090",
+    "rtx3090": "RTX-3090",
 }
 
 # dtype name -> which peak applies: plain FP32 on CUDA cores, or 16-bit on tensor cores.
@@ -315,7 +396,7 @@ def current_gpu() -> str | None:
     cp = xp("cuda")
     name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
     name = name.decode() if isinstance(name, bytes) else str(name)
-    for key in ("H200", "H100", "A100", "L4", "4090"):
+    for key in ("H200", "H100", "A100", "L4", "4090", "3090", "T4", "A10"):
         if key in name.replace(" ", ""):
             return spec(key.lower())["name"]
     return None

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ckptlab.kernels import archs
 from ckptlab.kernels.common import ceil_div
 from ckptlab.measure import occupancy, roofline, traffic, traffic_tc
 
@@ -301,11 +302,14 @@ def recompute_gains(gpus, dtypes, ds, *, N, B=1, H=16, causal=False,
                     deterministic=False) -> list[dict]:
     """One row per (GPU, dtype, d): modeled stored and flash times at both bounds and the
     recompute gain stored / flash at each (> 1: recompute pays; unique bytes: the times' lower
-    bounds, counted: the upper)."""
+    bounds, counted: the upper). A GPU that cannot run a dtype (bf16 on a T4,
+    archs.dtype_refusal) has no rows for it."""
     rows = []
     for gpu in gpus:
         name = roofline.spec(gpu)["name"]
         for dtype in dtypes:
+            if archs.dtype_refusal(dtype, roofline.spec(name)["arch"]):  # bf16 on a T4
+                continue
             for d in ds:
                 t = {m: method_time(m, B, H, N, N, d, name, causal=causal,
                                     deterministic=deterministic, dtype=dtype)
