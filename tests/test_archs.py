@@ -84,6 +84,13 @@ def test_the_support_table():
     assert "| stored, flash (tensor cores) | bfloat16 | no (2) | yes |" in text, text
 
 
+def test_the_readme_shows_the_table_as_the_code_computes_it():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert archs.format_support_table(archs.support_table()) in readme
+
+
 def test_the_labs_pick_fp16_where_bf16_is_refused():
     assert archs.tc_dtype("sm_75") == "float16"
     assert {archs.tc_dtype(a) for a in ("sm_80", "sm_86", "sm_89", "sm_90")} == {"bfloat16"}

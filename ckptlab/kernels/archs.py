@@ -150,7 +150,7 @@ def format_support_table(rows: list[dict], archs=tuple(ARCHS)) -> str:
     for r in rows:
         lines.append("| " + " | ".join([r["method"], r["dtype"]] +
                                        [cell(r[a]) for a in archs]) + " |")
-    lines += [""] + [f"({k + 1}) {n.removeprefix('refused: ')}" for k, n in enumerate(notes)]
+    lines += [""] + [f"- ({k + 1}) {n.removeprefix('refused: ')}" for k, n in enumerate(notes)]
     return "\n".join(lines)
 
 
