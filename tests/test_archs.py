@@ -119,6 +119,10 @@ def test_kernels_support_cli_needs_no_compiler(capsys, monkeypatch):
     assert kernels_report.main(["--support"]) == 0
     out = capsys.readouterr().out
     assert "sm_75 (T4)" in out and "bfloat16 tensor cores (wmma) need sm_80" in out
+    refused = kernels_report.format_refused(["wmma_gemm.cu"], ["sm_75", "sm_90"])
+    assert refused.splitlines() == [
+        f"sm_75  wmma_gemm.cu  wmma_gemm<{t}>: refused, {archs.refusal(f'wmma_gemm<{t}>', 'sm_75')}"
+        for t in ("__nv_bfloat16", "float")]
     with pytest.raises(SystemExit) as e:
         kernels_report.main(["--arch", "sm_61"])
     assert e.value.code == 2
