@@ -5,6 +5,7 @@ The stored files must carry no outputs or execution counts, and each notebook mu
 least two exercises with a checker. With the worked solutions
 (labs/solutions/) pasted into the exercise cells, every checker in the notebook says "right"."""
 
+import ast
 import importlib.util
 import os
 import re
@@ -93,10 +94,32 @@ def test_runs_on_the_cpu_within_budget(path, monkeypatch):
     assert not figures_missing(nb), f"{path.name}: no figure shown by {figures_missing(nb)}"
 
 
+def always_plots(stmts) -> bool:
+    """Whether one of `stmts` calls a plotting function whatever the branches taken: in a plain
+    statement or a `with`, or in both arms of an if/else (a figure drawn only on a GPU, or in
+    a loop that may not run, is not required)."""
+    for st in stmts:
+        if isinstance(st, ast.If):
+            if always_plots(st.body) and always_plots(st.orelse):
+                return True
+        elif isinstance(st, ast.With):
+            if always_plots(st.body):
+                return True
+        elif not isinstance(st, (ast.For, ast.While, ast.Try, ast.FunctionDef)) and \
+                PLOTTING.search(ast.unparse(st)):
+            return True
+    return False
+
+
 def figures_missing(nb) -> list:
-    """The executed cells that call a plotting function but show no image/png."""
+    """The executed cells that always make a figure but show no image/png."""
+    def plots_always(source: str) -> bool:
+        code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line
+                         for line in source.splitlines())
+        return always_plots(ast.parse(code).body)
+
     return [f"cell {k}" for k, c in enumerate(nb.cells)
-            if c.cell_type == "code" and PLOTTING.search(c.source)
+            if c.cell_type == "code" and plots_always(c.source)
             and not any("image/png" in o.get("data", {}) for o in c.outputs)]
 
 
@@ -104,10 +127,13 @@ def test_a_figure_never_shown_is_missing():
     """figures_missing can fail: a plotting cell without an image output is reported."""
     shown = nbformat.v4.new_code_cell("plots.plot_time_vs_n(n, s)", outputs=[
         nbformat.v4.new_output("display_data", data={"image/png": "", "text/plain": "<Fig>"})])
-    unseen = nbformat.v4.new_code_cell("if a:\n    plots.plot_time_vs_n(n, s)")
+    unseen = nbformat.v4.new_code_cell("if a:\n    f = plots.plot_time_vs_n(n, s)\nelse:\n"
+                                       "    f = plots.plot_time_vs_n(n, s, title='t')")
     text = nbformat.v4.new_code_cell("print(1)")
-    nb = nbformat.v4.new_notebook(cells=[shown, unseen, text])
-    assert figures_missing(nb) == ["cell 1"]
+    gpu_only = nbformat.v4.new_code_cell("if ON_GPU:\n    display(plots.plot_time_vs_n(n, s))")
+    plain = nbformat.v4.new_code_cell("%matplotlib inline\nfig = Figure()\nx = 1")
+    nb = nbformat.v4.new_notebook(cells=[shown, unseen, text, gpu_only, plain])
+    assert figures_missing(nb) == ["cell 1", "cell 4"]
 
 
 @pytest.mark.slow
