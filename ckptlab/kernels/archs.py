@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 
+from ckptlab.emu import abi
 from ckptlab.kernels import table
 
 # arch -> GPUs a learner meets on it (NVIDIA, "CUDA GPUs - Compute Capability",
@@ -36,8 +37,9 @@ WMMA_MIN_ARCH = {"__half": 70, "__nv_bfloat16": 80, "float": 80}
 WMMA_NAMES = {"__half": "float16", "__nv_bfloat16": "bfloat16", "float": "tf32 (float inputs)"}
 # CUDA C++ Programming Guide, "Technical Specifications per Compute Capability": "Maximum
 # amount of shared memory per thread block" 64 KB (7.5), 163 KB (8.0), 99 KB (8.6, 8.9),
-# 227 KB (9.0); above 48 KB a launch opts in (flash_tc does).
-SHARED_MAX = {75: 64 * 1024, 80: 163 * 1024, 86: 99 * 1024, 89: 99 * 1024, 90: 227 * 1024}
+# 227 KB (9.0: the emulator's opt-in limit, emu/abi.h); above 48 KB a launch opts in.
+SHARED_MAX = {75: 64 * 1024, 80: 163 * 1024, 86: table.TC_SHARED_MAX, 89: table.TC_SHARED_MAX,
+              90: abi.SHARED_OPTIN_LIMIT}
 TC_KERNELS = ("attn_flash_fwd_tc", "attn_flash_bwd_dkdv_tc", "attn_flash_bwd_dq_tc",
               "attn_flash_bwd_preprocess_tc", "attn_flash_bwd_dq_convert_tc", "wmma_gemm")
 
