@@ -34,10 +34,14 @@ template <> struct Tiles<__nv_bfloat16> {
     static constexpr int KT = 16;
     using Elem = __nv_bfloat16;
 };
+// tf32 wmma (precision::tf32, __float_to_tf32) exists from sm_80 on: compiled for sm_75 (a T4)
+// the file keeps its 16-bit types only, and wmma_gemm<float> is refused (ckptlab.kernels.archs).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 template <> struct Tiles<float> {
     static constexpr int KT = 8;
     using Elem = wmma::precision::tf32;
 };
+#endif
 
 template <class T>
 __global__ void __launch_bounds__(WARP) wmma_gemm(const T* A, const T* B, float* C, int M,
@@ -67,10 +71,12 @@ __global__ void __launch_bounds__(WARP) wmma_gemm(const T* A, const T* B, float*
         __syncwarp();  // every lane's part of the tiles is in shared memory before the warp loads
         wmma::load_matrix_sync(a, &As[0][0], KT);
         wmma::load_matrix_sync(b, &Bs[0][0], T16);
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
         if constexpr (KT == 8) {  // tf32: round each input (the same for every element)
             for (int i = 0; i < a.num_elements; ++i) a.x[i] = wmma::__float_to_tf32(a.x[i]);
             for (int i = 0; i < b.num_elements; ++i) b.x[i] = wmma::__float_to_tf32(b.x[i]);
         }
+#endif
         wmma::mma_sync(acc, a, b, acc);  // acc = A_tile B_tile + acc
         __syncwarp();  // the loads are done before the next k-tile overwrites As and Bs
     }

@@ -46,6 +46,14 @@ def test_merge_of_two_empty_parts_must_not_be_nan():
     assert "empty state" in lab04.online_merge(empty_made_zero)
 
 
+def test_merge_accepts_any_pair_and_names_what_came():
+    """Right math returned as a list [m, l] is right; a triple is wrong and says so."""
+    assert lab04.online_merge(lambda *a: list(S4.merge(*a))) == "right"
+    verdict = lab04.online_merge(lambda *a: (*S4.merge(*a), 0))
+    assert verdict.startswith("wrong") and "tuple of 3" in verdict, verdict
+    assert "ndarray" in lab04.online_merge(lambda *a: np.stack(S4.merge(*a)))
+
+
 def test_least_memory_segments_names_the_optimum_and_the_distance():
     peaks = {k: lab07.schedules.uniform(32, k).predict(P7).peak_bytes for k in range(1, 33)}
     best = min(peaks, key=peaks.get)
@@ -95,6 +103,8 @@ def test_tile_exercise_without_a_compiler_degrades(monkeypatch):
         lab01.sgemm_tile_report(32)
     assert lab01.sgemm_shared_bytes(2 * 32 * 32 * 4, tile=32) == "right"  # from the source
     assert "one tile" in lab01.sgemm_shared_bytes(32 * 32 * 4, tile=32)
+    # 2048 at TILE = 32 is the floats of As and Bs (it is also TILE = 16's bytes)
+    assert "counts floats" in lab01.sgemm_shared_bytes(2 * 32 * 32, tile=32)
 
 
 def test_tile_report_from_the_compiler_when_there_is_one():

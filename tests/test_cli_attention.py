@@ -119,6 +119,18 @@ def test_bench_attention_causal_deterministic_odd_and_figures(tmp_path, capsys):
         assert p.read_bytes().startswith(PNG_MAGIC) and p.stat().st_size > 10_000
 
 
+def test_bench_attention_png_without_a_file_writes_the_default(tmp_path, capsys, monkeypatch):
+    """`bench attention --png` as the README shows it, bare: the figures go to the current folder
+    under bench_attention.DEFAULT_PNG's name."""
+    monkeypatch.chdir(tmp_path)
+    rc, out, _ = run_cli(capsys, "bench", "attention", "--n", "32", "--d", "32", "--impl",
+                         "flash,stored", "--png")
+    assert rc == 0 and f"wrote {bench_attention.DEFAULT_PNG}" in out
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == ["attention_memory_vs_speed.png",
+                       "attention_memory_vs_speed_bytes_vs_n.png"], written
+
+
 def test_fig2_three_methods_counted_on_one_head(tmp_path, capsys, monkeypatch):
     """fig2 with N shrunk to 64 (the full N = 1024 takes ~15 s): bytes counted on one head times
     B*H, labelled so; stored moves N x N data and flash none; the paper's numbers alongside with

@@ -1,5 +1,7 @@
-"""NVIDIA's real compiler as a check: every kernels/*.cu compiles for sm_80 and sm_90 through
-NVRTC (and nvcc where it is installed), and ptxas' report is read right.
+"""NVIDIA's real compiler as a check: every kernels/*.cu compiles for every arch of
+ckptlab.kernels.archs (sm_75 T4 ... sm_90 H100; sm_80 and sm_90 in the default run, the others
+with the slow tests) through NVRTC (and nvcc where it is installed), each arch with the
+instantiations it supports and none it refuses, and ptxas' report is read right.
 
 The kernel files are listed when pytest collects, so a new kernel is checked without editing
 this file. NVRTC is in requirements-dev.txt, so a missing NVRTC fails (with the install line)
@@ -13,8 +15,8 @@ import pytest
 
 from ckptlab.cli import kernels_report
 from ckptlab.device import KERNELS_DIR
+from ckptlab.kernels import archs
 from ckptlab.kernels import nvrtc as cc
-from ckptlab.kernels.table import instantiations
 
 # The tensor-core attention files instantiate 32 and 100 templates (two 16-bit types, eight tile
 # head dims, both methods and dQ modes): about 25 s and 60 s per arch for NVRTC, so they run
@@ -25,19 +27,22 @@ HAS_NVCC = shutil.which("nvcc") is not None
 needs_nvcc = pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on the PATH (NVRTC still runs)")
 BACKENDS = ["nvrtc", pytest.param("nvcc", marks=needs_nvcc)]
 # The default run compiles each CUDA-core file once, with NVRTC (what pip installs everywhere)
-# for the first arch; the other archs, and nvcc for every arch, run with the slow tests.
-ARCH_PARAMS = [arch if k == 0 else pytest.param(arch, marks=pytest.mark.slow)
-               for k, arch in enumerate(cc.ARCHS)]
+# for sm_80; the other archs (sm_75, sm_86, sm_89: T4, RTX 30xx / A10, L4 / RTX 40xx; sm_90),
+# and nvcc for every arch, run with the slow tests. Refusals per arch: tests/test_archs.py.
+ARCH_PARAMS = [a if a == "sm_80" else pytest.param(a, marks=pytest.mark.slow) for a in cc.ARCHS]
 
 
 def check_records(path, records, arch):
     """Sane records: every extern "C" kernel of the file and every template instantiation the
-    wrappers launch from it is there (so compiled by ptxas, not only parsed), with registers
-    > 0 and every field a CUDA 12/13 ptxas prints filled in."""
+    wrappers launch from it that `arch` supports is there (so compiled by ptxas, not only
+    parsed), none it refuses, with registers > 0 and every field a CUDA 12/13 ptxas prints
+    filled in."""
     kernels = {r["kernel"]: r for r in records if r["kind"] == "kernel"}
-    wanted = set(cc.extern_c_kernels(path.read_text())) | set(instantiations(path.name))
+    wanted = set(cc.extern_c_kernels(path.read_text())) | set(archs.supported(path.name, arch))
     missing = wanted - set(kernels)
     assert not missing, f"{path.name}: kernels missing from the {arch} report: {sorted(missing)}"
+    refused = set(archs.refused(path.name, arch)) & set(kernels)
+    assert not refused, f"{path.name}: {arch} compiled what it refuses: {sorted(refused)}"
     for r in kernels.values():
         assert r["arch"] == arch and r["file"] == path.name
         assert 0 < r["registers"] <= 255, r  # 255: the per-thread limit since sm_35

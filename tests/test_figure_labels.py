@@ -80,6 +80,38 @@ def test_memory_vs_time_draws_the_spread_and_labels_cleanly():
         plots.plot_memory_vs_time([dict(name="x", peak_bytes=1, seconds=1.0, q1_s=2.0)])
 
 
+def test_memory_vs_time_frontier_only_where_the_iqrs_separate():
+    """Medians alone put 'every(2)' on the frontier; its IQR (86-168 ms) overlaps its
+    neighbours', so no line may order it. A schedule beaten beyond the noise (more memory, and
+    its whole IQR after another's) is grey; one whose IQR overlaps a leaner one's stays blue."""
+    MS = 1e-3
+    pts = [dict(name="none", peak_bytes=40 * MIB, seconds=60 * MS, q1_s=55 * MS, q3_s=65 * MS),
+           dict(name="every(2)", peak_bytes=20 * MIB, seconds=120 * MS, q1_s=86 * MS,
+                q3_s=168 * MS),
+           dict(name="every(1)", peak_bytes=10 * MIB, seconds=150 * MS, q1_s=140 * MS,
+                q3_s=160 * MS),
+           dict(name="slow", peak_bytes=30 * MIB, seconds=300 * MS, q1_s=290 * MS,
+                q3_s=310 * MS),
+           dict(name="near", peak_bytes=12 * MIB, seconds=149 * MS, q1_s=145 * MS,
+                q3_s=170 * MS)]
+    lo = [p["q1_s"] for p in pts]
+    hi = [p["q3_s"] for p in pts]
+    ys = [p["peak_bytes"] for p in pts]
+    # 'slow' is beaten for sure by every(1); 'near' overlaps every(1)'s IQR: not for sure
+    assert plots.pareto_front_with_spread(lo, hi, ys) == [0, 1, 2, 4]
+    assert plots.pareto_front([(p["seconds"], p["peak_bytes"]) for p in pts]) == [0, 1, 2, 4]
+    fig = plots.plot_memory_vs_time(pts, device="cpu")
+    ax = fig.axes[0]
+    # one step only: none (55-65 ms) -> every(1) is not consecutive; none -> every(2) overlaps
+    # nothing (65 < 86), every(2) -> near/every(1) overlap: the only resolved step is the first
+    steps = [np.round(np.asarray(line.get_xdata(), dtype=float), 3).tolist()
+             for line in ax.lines if line.get_drawstyle() == "steps-post"]
+    assert steps == [[60.0, 120.0]], steps
+    assert "Pareto frontier (IQRs apart)" in [t.get_text() for t in
+                                                           ax.get_legend().get_texts()]
+    assert figure.label_problems(fig) == []
+
+
 def test_roofline_legend_lists_only_what_is_drawn():
     kernels = [dict(name="naive (5 kernels)", flops=4e9, bytes=3e9),
                dict(name="flash (2 kernels)", flops=5e9, bytes=1e9)]

@@ -1,9 +1,11 @@
 """Every lab notebook (labs/*.ipynb) runs top to bottom on the CPU, on the emulator, without an
-error and in under 60 seconds of wall time (the issue's budget for a 2-core machine), executed
-by nbclient in a fresh kernel. The stored files must carry no outputs or execution counts, and
-each notebook must pose at least two exercises with a checker. With the worked solutions
+error and in under 60 seconds of wall time (the budget for a 2-core machine), executed by
+nbclient in a fresh kernel, and every cell that makes a figure shows one (an image/png output).
+The stored files must carry no outputs or execution counts, and each notebook must pose at
+least two exercises with a checker. With the worked solutions
 (labs/solutions/) pasted into the exercise cells, every checker in the notebook says "right"."""
 
+import ast
 import importlib.util
 import os
 import re
@@ -19,6 +21,7 @@ nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (re
 LABS = Path(__file__).resolve().parent.parent / "labs"
 NOTEBOOKS = sorted(LABS.glob("[0-9][0-9]_*.ipynb"))
 BUDGET_S = 60.0
+PLOTTING = re.compile(r"(?<![\w.])(?:\w+\.)*(plot_\w+|Figure|subplots)\(")
 
 
 def test_the_labs_are_numbered_and_listed():
@@ -84,9 +87,53 @@ def execute(nb, monkeypatch) -> float:
 @pytest.mark.notebooks
 @pytest.mark.parametrize("path", RUNNABLE)
 def test_runs_on_the_cpu_within_budget(path, monkeypatch):
-    seconds = execute(nbformat.read(path, as_version=4), monkeypatch)
+    nb = nbformat.read(path, as_version=4)
+    seconds = execute(nb, monkeypatch)
     print(f"{path.name}: {seconds:.1f} s on {os.cpu_count()} CPUs")
     assert seconds < BUDGET_S, f"{path.name} took {seconds:.1f} s (budget {BUDGET_S:.0f} s)"
+    assert not figures_missing(nb), f"{path.name}: no figure shown by {figures_missing(nb)}"
+
+
+def always_plots(stmts) -> bool:
+    """Whether one of `stmts` calls a plotting function whatever the branches taken: in a plain
+    statement or a `with`, or in both arms of an if/else (a figure drawn only on a GPU, or in
+    a loop that may not run, is not required)."""
+    for st in stmts:
+        if isinstance(st, ast.If):
+            if always_plots(st.body) and always_plots(st.orelse):
+                return True
+        elif isinstance(st, ast.With):
+            if always_plots(st.body):
+                return True
+        elif not isinstance(st, (ast.For, ast.While, ast.Try, ast.FunctionDef)) and \
+                PLOTTING.search(ast.unparse(st)):
+            return True
+    return False
+
+
+def figures_missing(nb) -> list:
+    """The executed cells that always make a figure but show no image/png."""
+    def plots_always(source: str) -> bool:
+        code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line
+                         for line in source.splitlines())
+        return always_plots(ast.parse(code).body)
+
+    return [f"cell {k}" for k, c in enumerate(nb.cells)
+            if c.cell_type == "code" and plots_always(c.source)
+            and not any("image/png" in o.get("data", {}) for o in c.outputs)]
+
+
+def test_a_figure_never_shown_is_missing():
+    """figures_missing can fail: a plotting cell without an image output is reported."""
+    shown = nbformat.v4.new_code_cell("plots.plot_time_vs_n(n, s)", outputs=[
+        nbformat.v4.new_output("display_data", data={"image/png": "", "text/plain": "<Fig>"})])
+    unseen = nbformat.v4.new_code_cell("if a:\n    f = plots.plot_time_vs_n(n, s)\nelse:\n"
+                                       "    f = plots.plot_time_vs_n(n, s, title='t')")
+    text = nbformat.v4.new_code_cell("print(1)")
+    gpu_only = nbformat.v4.new_code_cell("if ON_GPU:\n    display(plots.plot_time_vs_n(n, s))")
+    plain = nbformat.v4.new_code_cell("%matplotlib inline\nfig = Figure()\nx = 1")
+    nb = nbformat.v4.new_notebook(cells=[shown, unseen, text, gpu_only, plain])
+    assert figures_missing(nb) == ["cell 1", "cell 4"]
 
 
 @pytest.mark.notebooks

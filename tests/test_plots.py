@@ -4,7 +4,7 @@ exists, the axes carry units, the derived title states the takeaway computed by 
 import numpy as np
 import pytest
 
-from ckptlab.measure import plots
+from ckptlab.measure import figure, plots
 
 N = [256, 512, 1024, 2048, 4096]
 MIB = 1024 * 1024
@@ -59,6 +59,20 @@ def test_time_vs_n(tmp_path):
     assert _saved(tmp_path / "t.png")
     assert fig.axes[0].get_ylabel() == "time per call (ms)"
     assert _title(fig) == "flash is 20x faster than naive at N=4096 on A100 (modeled)"
+
+
+def test_time_ticks_cover_the_data():
+    """Data from 23 to 398 us: the y axis runs from the 1-2-5 tick below the smallest (20) to the
+    one above the largest (500), so both ends of the data sit between labelled ticks."""
+    fig = plots.plot_time_vs_n([64, 128, 256, 512], {"atomic": [23e-6, 50e-6, 120e-6, 398e-6],
+                                                   "det": [30e-6, 70e-6, 160e-6, 300e-6]})
+    ax = fig.axes[0]
+    assert ax.get_ylim() == pytest.approx((20.0, 500.0))
+    ticks = [t for t in ax.get_yticks() if 20.0 <= t <= 500.0]
+    assert min(ticks) <= 23.0 and max(ticks) >= 398.0, ticks
+    assert (figure.nice_below(398.0), figure.nice_above(398.0)) == (200.0, 500.0)
+    assert (figure.nice_below(100.0), figure.nice_above(100.0)) == (100.0, 100.0)
+    assert (figure.nice_below(0.023), figure.nice_above(0.023)) == pytest.approx((0.02, 0.05))
 
 
 def test_bytes_vs_n_by_source(tmp_path):
@@ -124,6 +138,11 @@ def test_memory_trace(tmp_path):
     assert fig.axes[0].get_ylabel() == "memory held (MiB)"
     assert _title(fig) == "sqrt(L) peaks at 3 MiB vs 4 MiB for store-all (1.3x less)"
     assert "recompute (sqrt(L))" in _legend(fig)
+    # no line wears a phase band's colour (the second line was the recompute band's orange)
+    from matplotlib.colors import same_color
+    lines = [line.get_color() for line in fig.axes[0].lines]
+    assert len(lines) == 2 and not any(same_color(c, p) for c in lines
+                                       for p in plots.PHASE_COLOR.values()), lines
     fig = plots.plot_memory_trace({"sqrt(L)": ckpt}, phases)
     assert _title(fig) == "sqrt(L) peaks at 3 MiB at step 4, during recompute"
     with pytest.raises(ValueError, match="phases"):

@@ -13,9 +13,8 @@ FIELDS = ("fp32_flops", "tensor16_flops", "hbm_bytes_per_s", "l2_bytes", "smem_p
 
 
 def test_every_device_has_every_number_with_a_source():
-    assert {"A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "L4", "RTX-4090"} <= set(
-        roofline.SPECS
-    )
+    assert {"A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "L4", "RTX-4090", "T4", "A10",
+            "RTX-3090"} <= set(roofline.SPECS)
     for name, entry in roofline.SPECS.items():
         for field in FIELDS:
             if field == "arch":  # the compute capability ptxas compiles for: sm_80, sm_90...
@@ -38,6 +37,12 @@ def test_aliases_and_lookup():
     assert roofline.spec("a100")["sms"] == 108
     with pytest.raises(ValueError, match="unknown device"):
         roofline.spec("V100")
+    # the GPUs learners have: a free T4 (sm_75, no bf16), an A10 and an RTX 3090 (sm_86)
+    t4 = roofline.spec("t4")
+    assert (t4["arch"], t4["sms"], t4["hbm_bytes_per_s"]) == ("sm_75", 40, 320e9)
+    assert roofline.ridge_point("t4") == pytest.approx(8.1e12 / 320e9)
+    assert roofline.spec("3090")["arch"] == roofline.spec("a10")["arch"] == "sm_86"
+    assert roofline.spec("rtx3090")["tensor16_flops"] == 71e12  # FP32 accumulate, dense
     with pytest.raises(TypeError, match="device name"):
         roofline.spec(3)
 

@@ -5,7 +5,7 @@ span what was given, and bad points are refused with a message."""
 import numpy as np
 import pytest
 
-from ckptlab.measure import tradeoff_plots
+from ckptlab.measure import figure, tradeoff_plots
 
 MIB = 1024 * 1024
 POINTS = [
@@ -37,6 +37,21 @@ def test_memory_vs_speed(tmp_path):
     assert fig._suptitle.get_text().startswith("flash holds least (512 KiB)")
     xs = sorted(float(np.ravel(line.get_xdata())[0]) for line in ax_f.lines)
     assert xs == [12.0, 12.0, 14.0]
+
+
+def test_names_never_overlap_and_the_time_axis_says_where_times_come_from():
+    """naive and stored hold the same memory at the same FLOPs (their names fell on each other);
+    a figure of modeled times only must not say 'measured' on its axis."""
+    fig = tradeoff_plots.plot_memory_vs_speed(POINTS)
+    assert figure.label_problems(fig) == []
+    assert sorted(t.get_text() for t in fig.axes[1].texts) == ["flash", "naive", "stored"]
+    assert "modeled lower-upper, measured p10-p90" in fig.axes[0].get_xlabel()
+    modeled = [dict(p, times={"A100 (modeled)": p["times"]["A100 (modeled)"]}) for p in POINTS]
+    label = tradeoff_plots.plot_memory_vs_speed(modeled).axes[0].get_xlabel()
+    assert "modeled" in label and "measured" not in label, label
+    measured = [dict(p, times={"measured": (1e-3, 2e-3, 3e-3)}) for p in POINTS]
+    label = tradeoff_plots.plot_memory_vs_speed(measured).axes[0].get_xlabel()
+    assert "measured" in label and "modeled" not in label, label
 
 
 @pytest.mark.parametrize("bad,message", [

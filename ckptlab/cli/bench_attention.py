@@ -17,8 +17,9 @@ recomputed from L). One row per (method, N): forward + backward of one attention
     gains       per N: fusion gain = naive / stored, recompute gain = stored / flash, product =
                 naive / flash, for bytes, saved bytes, FLOPs and times (> 1: the second is cheaper)
 
---png FILE draws memory against speed (saved bytes against time per method, beside saved bytes
-against FLOPs) at the largest N, and FILE's stem + "_bytes_vs_n.png" the bytes against N.
+--png [FILE] draws memory against speed (saved bytes against time per method, beside saved bytes
+against FLOPs) at the largest N, and FILE's stem + "_bytes_vs_n.png" the bytes against N; FILE
+is attention_memory_vs_speed.png in the current folder when not given.
 """
 
 from __future__ import annotations
@@ -280,6 +281,9 @@ def bytes_by_source(rows: list[dict]) -> dict:
     return out
 
 
+DEFAULT_PNG = "attention_memory_vs_speed.png"  # --png without a FILE
+
+
 def figures(rows: list[dict], path) -> list[Path]:
     """Memory against speed (and FLOPs) at the largest N to `path`; bytes against N beside it."""
     from ckptlab.measure import plots, tradeoff_plots
@@ -334,8 +338,9 @@ def main(argv=None) -> int:
                    "Compute (GPU and ncu needed)")
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV ('-': stdout, and the "
                    "table goes to stderr)")
-    p.add_argument("--png", metavar="FILE", help="draw memory against speed to FILE (and bytes "
-                   "against N beside it)")
+    p.add_argument("--png", metavar="FILE", nargs="?", const=DEFAULT_PNG,
+                   help="draw memory against speed to FILE (and bytes against N beside it); "
+                   f"FILE defaults to {DEFAULT_PNG}")
     a = p.parse_args(argv)
     for path in (a.csv, a.png):  # before any work
         if path is not None:

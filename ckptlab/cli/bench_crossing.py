@@ -41,9 +41,12 @@ import sys
 
 from ckptlab import device, kernels
 from ckptlab.cli.report import int_list, writable_file, write_csv
+from ckptlab.kernels import archs
 from ckptlab.measure import roofline, timemodel, whatif
 
-DTYPES = ("fp32", "bf16")  # what the sweep may ask for (bf16: the tensor-core kernels)
+DTYPES = ("fp32", "bf16", "fp16")  # what the sweep may ask for (16-bit: the tensor-core kernels;
+# fp16 for a GPU without bf16 tensor cores, a T4)
+DEFAULT_DTYPES = ("fp32", "bf16")
 DEFAULT = dict(N=4096, B=1, H=16)  # enough blocks that every launch fills its waves
 DEFAULT_DIMS = (16, 32, 64, 128, 256)  # any multiple of 8 up to 256 runs; each d costs a compile
 
@@ -154,7 +157,8 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=DEFAULT["B"])
     p.add_argument("--heads", type=int, default=DEFAULT["H"])
     p.add_argument("--gpus", default=",".join(roofline.SPECS), help="comma-separated GPUs")
-    p.add_argument("--dtype", default=",".join(DTYPES), help=f"from {DTYPES}")
+    p.add_argument("--dtype", default=",".join(DEFAULT_DTYPES),
+                   help=f"from {DTYPES} (default {','.join(DEFAULT_DTYPES)})")
     p.add_argument("--causal", action="store_true")
     p.add_argument("--measure", action="store_true", help="on a GPU: also time stored and flash "
                    "(fp32) here")
@@ -182,7 +186,12 @@ def main(argv=None) -> int:
     rows = timemodel.recompute_gains(gpus, dtypes, a.d, N=a.n, B=a.batch, H=a.heads,
                                      causal=a.causal)
     whatif.add_p16_gains(rows)
-    print(format_table(rows))
+    if rows:
+        print(format_table(rows))
+    for g in gpus:  # the pairs left out, with the reason
+        for dt in dtypes:
+            if reason := archs.dtype_refusal(dt, roofline.spec(g)["arch"]):
+                print(f"{g} {dt}: not modeled, {reason}")
     if a.measure:
         measured = measure_gains(a.d, N=a.n, B=a.batch, H=a.heads, causal=a.causal)
         print(format_measured(measured))

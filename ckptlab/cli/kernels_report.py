@@ -1,5 +1,7 @@
 """`python -m ckptlab kernels`: registers, shared memory, spills and barriers of every kernel,
-from ptxas' report (ckptlab.kernels.nvrtc compiles; this formats and prints)."""
+from ptxas' report (ckptlab.kernels.nvrtc compiles; this formats and prints), for each --arch
+the instantiations that arch supports, then those it refuses and why (ckptlab.kernels.archs);
+`--support` prints which methods and dtypes run on which arch, without compiling."""
 
 from __future__ import annotations
 
@@ -7,7 +9,8 @@ import argparse
 import sys
 
 from ckptlab.device import KERNELS_DIR
-from ckptlab.kernels.nvrtc import BACKENDS, CompileError, CompilerNotFound, report
+from ckptlab.kernels import archs
+from ckptlab.kernels.nvrtc import BACKENDS, CompileError, CompilerNotFound, _resolve, report
 from ckptlab.kernels.table import dynamic_shared_bytes
 
 
@@ -52,6 +55,23 @@ def format_report(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def format_refused(files, arch_list) -> str:
+    """The default instantiations each arch refuses, with the reason ('' when none)."""
+    lines = []
+    for arch in arch_list:
+        for path in _resolve(files):
+            lines += [f"{arch}  {path.name}  {k}: refused, {reason}"
+                      for k, reason in archs.refused(path.name, arch).items()]
+    return "\n".join(lines)
+
+
+def arch_name(text: str) -> str:
+    try:
+        return f"sm_{archs.arch_number(text)}"
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def main(argv=None) -> int:
     """`python -m ckptlab kernels [--arch sm_90] [--backend nvrtc|nvcc] [files...]`."""
     parser = argparse.ArgumentParser(
@@ -63,13 +83,21 @@ def main(argv=None) -> int:
     )
     parser.add_argument("files", nargs="*", help="kernel files or names in kernels/ (default: all)")
     parser.add_argument(
-        "--arch", action="append", help="sm_80, sm_90, ... (repeatable; default sm_90)"
+        "--arch", action="append", type=arch_name,
+        help=f"one of {', '.join(archs.ARCHS)} (repeatable; default sm_90)"
     )
     parser.add_argument("--backend", choices=BACKENDS, help="default: nvrtc if it loads, else nvcc")
+    parser.add_argument("--support", action="store_true", help="print which methods and dtypes "
+                        "run on which arch (no compiler needed) and exit")
     args = parser.parse_args(argv)
+    if args.support:
+        print(archs.format_support_table(archs.support_table()))
+        return 0
+    arch_list = args.arch or ["sm_90"]
     try:
+        refused = format_refused(args.files or None, arch_list)
         rows = []
-        for arch in args.arch or ["sm_90"]:
+        for arch in arch_list:
             rows += report(args.files or None, arch, args.backend)
     except (CompilerNotFound, ValueError) as e:  # a usage error, or no compiler: one line, 2
         parser.error(str(e))
@@ -77,6 +105,8 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(format_report(rows))
+    if refused:
+        print("\nnot compiled, the arch cannot run them:\n" + refused)
     return 0
 
 

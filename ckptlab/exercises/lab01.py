@@ -167,6 +167,6 @@ def sgemm_shared_bytes(answer, tile: int = 32) -> Verdict:
     return exact(answer, want, "the byte count", hints=[
         (tile * tile * traffic.BYTES, "that is one tile: the block stages a tile of A (As) and "
                                       "one of B (Bs)"),
-        (2 * 16 * 16 * traffic.BYTES, "that is TILE = 16, the file's default"),
         (2 * tile * tile, "that counts floats: 4 bytes each"),
+        (2 * 16 * 16 * traffic.BYTES, "that is TILE = 16, the file's default"),
     ], hint="__shared__ float As[TILE][TILE], Bs[TILE][TILE]")

@@ -44,8 +44,8 @@ def online_merge(fn) -> Verdict:
         out, bad = call(fn, m_a.copy(), l_a.copy(), m_b.copy(), l_b.copy())
         if bad:
             return bad
-        if not (isinstance(out, tuple) and len(out) == 2):
-            return wrong(f"the function returns a pair (m, l); it returned {type(out).__name__}")
+        if (bad := _pair(out)):
+            return bad
         (m, bad), (l, bad2) = array(out[0], (5,), "m"), array(out[1], (5,), "l")
         if bad or bad2:
             return bad or bad2
@@ -66,6 +66,15 @@ def online_merge(fn) -> Verdict:
     return _both_empty(fn)
 
 
+def _pair(out) -> Verdict | None:
+    """None when `out` is a pair (a tuple or a list of two), else the verdict saying so."""
+    if isinstance(out, (tuple, list)) and len(out) == 2:
+        return None
+    what = f"a {type(out).__name__} of {len(out)}" if isinstance(out, (tuple, list)) else \
+        type(out).__name__
+    return wrong(f"the function returns a pair (m, l); it returned {what}")
+
+
 def _both_empty(fn) -> Verdict:
     """A fully masked row (causal attention with more keys masked than seen, a tile past the
     diagonal): both parts empty. Their merge is empty too, m = -inf and l = 0, never NaN."""
@@ -75,8 +84,8 @@ def _both_empty(fn) -> Verdict:
         out, bad = call(fn, m_a.copy(), l_a.copy(), m_b.copy(), l_b.copy())
     if bad:
         return bad
-    if not (isinstance(out, tuple) and len(out) == 2):
-        return wrong(f"the function returns a pair (m, l); it returned {type(out).__name__}")
+    if (bad := _pair(out)):
+        return bad
     (m, bad), (l, bad2) = array(out[0], (3,), "m"), array(out[1], (3,), "l")
     if bad or bad2:
         return bad or bad2

@@ -22,6 +22,7 @@ import ml_dtypes
 import numpy as np
 
 from ckptlab import device
+from ckptlab.kernels import archs
 from ckptlab.kernels.common import Saved, ceil_div, check_options, check_saved, dropout_args
 from ckptlab.kernels.nvrtc import cuda_include_options
 from ckptlab.kernels.table import (
@@ -124,6 +125,11 @@ def _module(filename: str, ctype: str, Dt: int, wanted: tuple):
     fwd = filename == "attn_flash_fwd_tc.cu"
     defaults = tuple(n for role, n in tc_names(ctype, Dt).items() if role.startswith("fwd") == fwd)
     names = defaults if all(w in defaults for w in wanted) else tuple(wanted)
+    arch = archs.current_arch()  # a T4 (sm_75) has no bf16 wmma: refused here, not by NVRTC
+    if arch in archs.ARCHS:
+        for name in wanted:
+            archs.check(name, arch)
+        names = tuple(n for n in names if archs.refusal(n, arch) is None)
     # on a GPU, NVRTC needs CUDA's mma.h and cuda_bf16.h; the emulator has its own
     options = cuda_include_options() if device.target() == "cuda" else ()
     return device.load(filename, options=options, name_expressions=names)

@@ -1,6 +1,6 @@
-"""NVIDIA's real compiler as a check, no GPU needed: compile kernels/*.cu for an arch (sm_80,
-sm_90) and read ptxas' `-v` report, one record per kernel (registers, static shared memory,
-spills, stack, barriers, constant banks).
+"""NVIDIA's real compiler as a check, no GPU needed: compile kernels/*.cu for an arch (sm_75
+... sm_90, ckptlab.kernels.archs) and read ptxas' `-v` report, one record per kernel
+(registers, static shared memory, spills, stack, barriers, constant banks).
 
 The emulator runs the kernels; only ptxas says what they cost on the chip. A spill or a jump in
 registers shows up here first. Two backends: NVRTC (the compiler as a library, from the pip
@@ -11,9 +11,7 @@ is on the PATH). `python -m ckptlab kernels` prints the table (ckptlab.cli.kerne
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib
-import json
 import os
 import re
 import shutil
@@ -23,10 +21,10 @@ import time
 from pathlib import Path
 
 from ckptlab.device import KERNELS_DIR
-from ckptlab.emu.cache import cache_dir
-from ckptlab.kernels.table import instantiations as launched
+from ckptlab.kernels import archs as arch_support
+from ckptlab.kernels import ptxas_cache
 
-ARCHS = ("sm_80", "sm_90")
+ARCHS = tuple(arch_support.ARCHS)  # sm_75 (T4) ... sm_90 (H100)
 BACKENDS = ("nvrtc", "nvcc")
 NVRTC_BINDINGS = ("cuda.bindings.nvrtc", "cupy_backends.cuda.libs.nvrtc")  # tried in this order
 INSTALL_HINT = (
@@ -41,6 +39,9 @@ HEADERS_HINT = (
 
 class CompilerNotFound(RuntimeError):
     """Neither NVRTC nor nvcc (or not the one asked for) can be used on this machine."""
+
+
+ArchUnsupported = arch_support.ArchUnsupported  # refused before compiling, with the reason
 
 
 class CompileError(RuntimeError):
@@ -256,33 +257,21 @@ def _pick_backend(backend):
 
 def compile_file(path, arch: str = "sm_90", backend: str | None = None,
                  instantiations=None, defines=None) -> list[dict]:
-    """compile_records, kept on disk (the emulator's cache, ptxas-records/) under a hash of the
-    file, the headers beside it, arch, compiler and version, options, instantiations, defines;
-    a failure is never kept. Records read back carry the compile_s of the compile that made them."""
+    """compile_records, kept on disk (ckptlab.kernels.ptxas_cache): a changed source, header or
+    compiler compiles again. Records read back carry the compile_s of the compile that made them."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"path: expected an existing .cu file, got {str(path)!r}")
+    names = arch_support.to_compile(path.name, arch, instantiations)  # refusals: no compiler
     picked = _pick_backend(backend)
     label = (f"nvrtc {_nvrtc()[1]} ({_nvrtc()[0]})" if picked == "nvrtc"
              else f"nvcc {_nvcc_version(shutil.which('nvcc'))}")
-    h = hashlib.sha256()
-    for f in [path, *sorted(p for p in path.resolve().parent.iterdir()
-                            if p.suffix in (".cuh", ".h") and p.is_file())]:
-        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
-    names = launched(path.name) if instantiations is None else list(instantiations)
-    h.update(repr((arch, label, names, sorted(dict(defines or {}).items()),
-                   _cuda_include_dirs() if picked == "nvrtc" else ())).encode())
-    kept = cache_dir() / "ptxas-records" / f"{path.name}-{arch}-{h.hexdigest()[:20]}.json"
-    if kept.is_file():
-        try:
-            return json.loads(kept.read_text())
-        except (OSError, ValueError):
-            pass  # unreadable: compile again and write it anew
-    records = compile_records(path, arch, picked, instantiations, defines)
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    tmp = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(records))
-    os.replace(tmp, kept)  # whole or not at all, for a concurrent reader
+    kept = ptxas_cache.path_for(path, arch, label, names, defines,
+                                _cuda_include_dirs() if picked == "nvrtc" else ())
+    records = ptxas_cache.load(kept)
+    if records is None:
+        records = compile_records(path, arch, picked, names, defines)
+        ptxas_cache.store(kept, records)
     return records
 
 
@@ -292,17 +281,15 @@ def compile_records(path, arch: str = "sm_90", backend: str | None = None,
     each with file, kernel (demangled), backend ("nvrtc 12.9 (cuda.bindings.nvrtc)", "nvcc
     13.0") and compile_s (the whole file's wall time). Raises CompileError with the log.
     Template kernels are compiled only when instantiated: `instantiations` (default: the ones
-    ckptlab.kernels launches from this file) are added as NVRTC name expressions, or for
-    nvcc taken by address at the end of a copy of the source. `defines` ({"TILE": 32}) are
-    passed as -D options, e.g. to compile a kernel at another tile size."""
+    ckptlab.kernels launches from this file that `arch` runs, ckptlab.kernels.archs; one it
+    cannot run raises ArchUnsupported, before any compile) are added as NVRTC name
+    expressions, or for nvcc taken by address at the end of a copy of the source. `defines`
+    ({"TILE": 32}) are passed as -D options, e.g. to compile a kernel at another tile size."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"path: expected an existing .cu file, got {str(path)!r}")
-    if not isinstance(arch, str) or not re.fullmatch(r"sm_\d{2,3}[af]?", arch):
-        raise ValueError(f"arch: expected a real GPU arch such as 'sm_80' or 'sm_90', got {arch!r}")
+    instantiations = arch_support.to_compile(path.name, arch, instantiations)
     backend = _pick_backend(backend)
-    if instantiations is None:
-        instantiations = launched(path.name)
     includes = [f"-I{path.resolve().parent}"]
     includes += [f"-D{name}={value}" for name, value in dict(defines or {}).items()]
     start = time.perf_counter()

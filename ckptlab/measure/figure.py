@@ -85,12 +85,36 @@ def _plain_log_labels(axis) -> None:
 
 
 def _n_ticks(ax, n) -> None:
-    """The x axis of a sweep: one labelled tick per N that was run."""
+    """The x axis of a sweep: one labelled tick per N that was run. The y axis: plain labels at
+    1, 2, 5 per decade, its limits on the labelled values just beyond the data, so the ticks
+    cover every point (data from 23 to 398 reads against 20 ... 500, not 50 ... 200)."""
     ax.set_xlabel(N_LABEL)
     ax.set_xticks(n)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.xaxis.set_minor_locator(NullLocator())
     _plain_log_labels(ax.yaxis)
+    ys = np.concatenate([np.asarray(line.get_ydata(), dtype=np.float64) for line in ax.lines])
+    ys = ys[np.isfinite(ys) & (ys > 0)]
+    if ys.size:
+        ax.set_ylim(nice_below(ys.min() / 1.05), nice_above(ys.max() * 1.05))
+
+
+def _nice(x: float) -> np.ndarray:
+    """The 1-2-5 values around positive x: 20, 50, 100 ... bracketing it."""
+    decade = 10.0 ** math.floor(math.log10(x))
+    return np.array([s * decade * f for f in (0.1, 1.0, 10.0) for s in (1.0, 2.0, 5.0)])
+
+
+def nice_below(x: float) -> float:
+    """The largest of 1, 2, 5 x 10^k not above x (398 -> 200, 23 -> 20)."""
+    v = _nice(x)
+    return float(v[v <= x * (1 + 1e-12)].max())
+
+
+def nice_above(x: float) -> float:
+    """The smallest of 1, 2, 5 x 10^k not below x (398 -> 500, 23 -> 50)."""
+    v = _nice(x)
+    return float(v[v >= x * (1 - 1e-12)].min())
 
 
 def wrap_title(title: str, width: int = 72) -> str:

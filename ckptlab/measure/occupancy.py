@@ -52,14 +52,17 @@ OCCUPANCY_SOURCE = (
     "CUDA C++ Programming Guide, 'Technical Specifications per Compute Capability' "
     "(https://docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/"
     "compute-capabilities.html): "
-    "resident threads per SM 2048 (8.0, 9.0) and 1536 (8.9), resident blocks per SM 32 (8.0, 9.0) "
-    "and 24 (8.9), 64 K 32-bit registers per SM; 1 KB of shared memory reserved per block (8.x, "
-    "9.0); registers allocated per warp in units of 256, warps in groups of 4 (CUDA occupancy "
+    "resident threads per SM 1024 (7.5), 2048 (8.0, 9.0) and 1536 (8.6, 8.9), resident blocks "
+    "per SM 16 (7.5, 8.6), 32 (8.0, 9.0) and 24 (8.9), 64 K 32-bit registers per SM; 1 KB of "
+    "shared memory reserved per block (8.x, 9.0; 7.5 reserves none, taken as 1 KB here); "
+    "registers allocated per warp in units of 256, warps in groups of 4 (CUDA occupancy "
     "calculator, cross-checked in https://docs.rs/optirs-gpu/latest/optirs_gpu/occupancy/"
     "struct.SmResourceLimits.html)"
 )
 ARCH_LIMITS = {  # per compute capability: what one SM can hold at once
+    "sm_75": dict(threads=1024, blocks=16, registers=65536),
     "sm_80": dict(threads=2048, blocks=32, registers=65536),
+    "sm_86": dict(threads=1536, blocks=16, registers=65536),
     "sm_89": dict(threads=1536, blocks=24, registers=65536),
     "sm_90": dict(threads=2048, blocks=32, registers=65536),
 }

@@ -37,6 +37,7 @@ from ckptlab.measure.figure import (  # noqa: F401  (public here too: plots is t
 from ckptlab.measure.ncu import SOURCES
 from ckptlab.measure.tradeoff import (  # noqa: F401
     pareto_front,
+    pareto_front_with_spread,
     plot_memory_vs_time,
     plot_pareto,
 )
@@ -51,6 +52,9 @@ _SOURCE_LOOK = {
     "modeled": dict(marker="x", lw=1.5, zorder=4),
 }
 PHASE_COLOR = {"forward": "tab:blue", "recompute": "tab:orange", "backward": "tab:green"}
+# The memory trace's lines: none of the phase colours, so no line reads as a phase band.
+TRACE_COLORS = ("black", "tab:purple", "tab:red", "tab:brown", "tab:pink", "tab:olive",
+                "tab:gray", "tab:cyan")
 
 
 def fit_loglog_slope(x, y) -> float:
@@ -254,8 +258,9 @@ def plot_memory_trace(traces: dict, phases, *, clocks: dict | None = None, title
         lo, hi = ((start - 0.5, end - 0.5) if clocks is None
                   else (edges[start], edges[end]))
         ax.axvspan(lo, hi, color=PHASE_COLOR[kind], alpha=0.15, lw=0)
-    for name, y in ys.items():
-        ax.step(xs[name] / xscale, y / scale, where="post" if clocks else "mid", label=name)
+    for k, (name, y) in enumerate(ys.items()):
+        ax.step(xs[name] / xscale, y / scale, where="post" if clocks else "mid", label=name,
+                color=TRACE_COLORS[k % len(TRACE_COLORS)], lw=1.6)
     handles, _ = ax.get_legend_handles_labels()
     kinds = [k for k in PHASE_COLOR if any(s[2] == k for s in spans)]
     handles += [Patch(color=PHASE_COLOR[k], alpha=0.3, label=f"{k} ({first})") for k in kinds]

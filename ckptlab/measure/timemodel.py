@@ -14,25 +14,24 @@ waves, t = LAUNCH_S + max(F / peak, M / bandwidth), the plain roofline plus the 
 Bytes come in two bounds (docs/design.md, "Measurement"): **unique** bytes (distinct bytes a
 launch touches: what an infinite cache would move) give the lower bound of the time, **counted**
 bytes (every request, no cache) the upper. Real DRAM traffic lies between the two. FLOPs are the
-hardware matmul FLOPs of ckptlab.measure.traffic or traffic_tc (recompute included); exp, max
-and sums are not counted, nor are the special-function units that run exp (on tensor-core parts
-exp can be what bounds attention). Also left out: L2 bandwidth and latency, clocks below
-boost, launches overlapping each other. Every number here is modeled, and labelled so.
+hardware matmul FLOPs of ckptlab.measure.traffic or traffic_tc (recompute included). Left out:
+exp, max and sums, the special-function units that run exp (on tensor-core parts exp can bound
+attention), L2, clocks below boost, overlapping launches. All of it modeled, and labelled so.
 
 dtype "fp32" times the fp32 kernels (CUDA cores, 4-byte elements: ckptlab.measure.traffic).
 "bf16" (or "fp16") times what runs on tensor cores where a kernel exists: stored and flash are
 the tensor-core pair (kernels/attn_flash_*_tc.cu), with their own launches, tiles, registers and
 dynamic shared memory, their bytes as ckptlab.measure.traffic_tc models them (2-byte elements;
 L, D, stored's S and the atomic dQ's accumulator fp32) and their FLOPs at the tensor-core peak.
-naive has no tensor-core kernel: at 16 bits it is a what-if, the fp32 kernels' launches, shapes
-and resources with 2-byte elements (L, D and atomics stay fp32) at the tensor-core peak, and
-MethodTime.what_if says so.
+naive has no tensor-core kernel: at 16 bits it is a what-if (MethodTime.what_if), the fp32
+kernels' launches and resources with 2-byte elements (L, D, atomics fp32) at the tensor-core peak.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ckptlab.kernels import archs
 from ckptlab.kernels.common import ceil_div
 from ckptlab.measure import occupancy, roofline, traffic, traffic_tc
 
@@ -51,8 +50,7 @@ SCORE_BYTES = 4  # the stored kernels keep S in fp32, in both precisions (traffi
 KERNELS_NOTE = {
     "fp32": "the fp32 kernels (CUDA cores)",
     "tc": "the tensor-core kernels (kernels/attn_flash_*_tc.cu, bytes: measure.traffic_tc)",
-    "what-if": "what-if: no tensor-core kernel, the fp32 kernels' launches, shapes and resources "
-               "at 2-byte elements and the tensor-core peak",
+    "what-if": "what-if: no tensor-core kernel, the fp32 kernels' launches at 2-byte elements",
 }
 
 
@@ -366,11 +364,13 @@ def recompute_gains(gpus, dtypes, ds, *, N, B=1, H=16, causal=False,
                     deterministic=False) -> list[dict]:
     """One row per (GPU, dtype, d): modeled stored and flash times at both bounds and the
     recompute gain stored / flash at each (> 1: recompute pays; unique bytes: the times' lower
-    bounds, counted: the upper)."""
+    bounds, counted: the upper). No rows where archs.dtype_refusal (bf16 on a T4)."""
     rows = []
     for gpu in gpus:
         name = roofline.spec(gpu)["name"]
         for dtype in dtypes:
+            if archs.dtype_refusal(dtype, roofline.spec(name)["arch"]):  # bf16 on a T4
+                continue
             for d in ds:
                 t = {m: method_time(m, B, H, N, N, d, name, causal=causal,
                                     deterministic=deterministic, dtype=dtype)

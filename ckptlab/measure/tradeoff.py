@@ -5,6 +5,8 @@ by the frontier; labels never overlap or leave the axes (figure.label_points).""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 
 from ckptlab.measure.figure import (
@@ -23,6 +25,22 @@ def pareto_front(points) -> list[int]:
     pts = [(float(x), float(y)) for x, y in points]
     return [i for i, (x, y) in enumerate(pts)
             if not any(x2 <= x and y2 <= y and (x2, y2) != (x, y) for x2, y2 in pts)]
+
+
+def pareto_front_with_spread(lo, hi, ys) -> list[int]:
+    """Indices of the points no other point beats for sure: j beats i only when it holds no
+    more memory (ys, exact) and is faster beyond the noise, its whole IQR [lo, hi] below i's
+    (hi[j] < lo[i]). Overlapping IQRs cannot order two points by time, so both stay."""
+    n = len(ys)
+    return [i for i in range(n) if not any(
+        ys[j] <= ys[i] and hi[j] < lo[i] for j in range(n) if j != i)]
+
+
+def _resolved_steps(lo, hi, front) -> list[tuple[int, int]]:
+    """The frontier's steps the data supports: consecutive front points (by time) whose IQRs
+    do not overlap; where they overlap the order in time is unknown and no line is drawn."""
+    order = sorted(front, key=lambda i: (lo[i] + hi[i]) / 2)
+    return [(a, b) for a, b in pairwise(order) if hi[a] < lo[b]]
 
 
 def _check(points, keys, what) -> None:
@@ -72,8 +90,9 @@ def plot_memory_vs_time(points, *, device: str = "", log_memory: bool = False, t
                         path=None):
     """Peak memory against measured time per step, one point per schedule: dicts with name,
     peak_bytes, seconds (the median) and optionally q1_s, q3_s (the interquartile range, drawn
-    as a horizontal bar). The frontier joins the points no other beats on both; a point whose
-    bar overlaps another's cannot be ordered by time at this noise. `device` names where the
+    as a horizontal bar). Blue: the points no other beats for sure (pareto_front_with_spread);
+    the frontier's line joins two of them only where their bars do not overlap, since a point
+    whose bar overlaps another's cannot be ordered by time at this noise. `device` names where the
     times were measured (or modeled); log_memory puts memory on a log axis, for points that
     span decades."""
     _check(points, ("name", "peak_bytes", "seconds"), "points")
@@ -83,17 +102,20 @@ def plot_memory_vs_time(points, *, device: str = "", log_memory: bool = False, t
     if np.any(lo > t) or np.any(hi < t):
         raise ValueError("points: expected q1_s <= seconds <= q3_s for every point")
     ys = np.array([p["peak_bytes"] for p in points], dtype=np.float64)
-    front = pareto_front(zip(t, ys, strict=True))
+    front = pareto_front_with_spread(lo, hi, ys)
     tscale, tunit = _unit("seconds", max(float(hi.max()), 1e-9))
     bscale, bunit = _unit("bytes", max(float(ys.max()), 1.0))
     fig, ax = _new_axes()
-    _frontier(ax, t / tscale, ys / bscale, front)
+    spread = bool(np.any(lo < t) or np.any(hi > t))
+    for k, (a, b) in enumerate(_resolved_steps(lo, hi, front)):  # b: slower, holds less
+        ax.step(t[[a, b]] / tscale, ys[[a, b]] / bscale, where="post", color="C0", lw=1,
+                label=None if k else "Pareto frontier" + (" (IQRs apart)" if spread else ""))
     for i in range(len(points)):
         color = "C0" if i in front else "0.6"
         ax.errorbar(t[i] / tscale, ys[i] / bscale, xerr=[[(t[i] - lo[i]) / tscale],
                                                          [(hi[i] - t[i]) / tscale]],
                     fmt="o", color=color, ms=7, capsize=3, lw=1.2)
-    if np.any(lo < t) or np.any(hi > t):
+    if spread:
         ax.errorbar([], [], xerr=[], fmt="o", color="0.3", capsize=3, label="median, IQR")
     where = f" on {device}" if device else ""
     ax.set_xlabel(f"time per training step{where} ({tunit})")
@@ -105,7 +127,8 @@ def plot_memory_vs_time(points, *, device: str = "", log_memory: bool = False, t
         _plain_log_labels(ax.yaxis)
     else:
         ax.set_ylim(0, 1.12 * float(ys.max()) / bscale)
-    ax.legend(fontsize=8, loc="lower left")  # the x axis starts at 0: that corner is empty
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="lower left")  # the x axis starts at 0: that corner is empty
     if title is None:
         fast, small = int(np.argmin(t)), int(np.argmin(ys))
         title = (f"{points[small]['name']} holds least ({_fmt('bytes', ys[small])}, "

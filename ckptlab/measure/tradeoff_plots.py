@@ -7,7 +7,8 @@ Each point is a method (or a schedule): its name, the memory it holds, its FLOPs
 more times by where they come from ({"A100 (modeled)": (lower, upper), "measured": (p10, median,
 p90)}). A modeled time is drawn as a bar from its lower to its upper bound, a measured one as its
 median with the spread; a marker shape per source, a colour per point. Lower-left is better on
-both panels. Built with matplotlib.figure.Figure (no pyplot, no display needed).
+both panels; the names never overlap (figure.label_points). Built with matplotlib.figure.Figure
+(no pyplot, no display needed).
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from ckptlab.measure.figure import label_points
 
 MARKERS = "osD^v<>"
 _UNITS = {
@@ -40,6 +44,17 @@ def _plain_log(axis) -> None:
     axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
+
+
+def time_label(tunit: str, spans) -> str:
+    """The time axis says what its bars are: modeled bounds, measured spreads, or both."""
+    modeled = any(len(t) == 2 for t in spans)
+    measured = any(len(t) == 3 for t in spans)
+    if modeled and measured:
+        return f"time ({tunit}); bars: modeled lower-upper, measured p10-p90"
+    if measured:
+        return f"time ({tunit}), measured; bars: p10-p90 about the median"
+    return f"time ({tunit}), modeled; bars: lower-upper bound"
 
 
 def _check(points) -> list[str]:
@@ -75,6 +90,7 @@ def plot_memory_vs_speed(points, *, memory_label="saved for the backward", title
     tscale, tunit = unit("seconds", max(max(t) for t in spans))
     fscale, funit = unit("flops", flops.max())
     fig = Figure(figsize=(10.0, 4.2))
+    FigureCanvasAgg(fig)  # a renderer, so the labels can be measured and moved
     ax_t, ax_f = fig.subplots(1, 2)
     for i, p in enumerate(points):
         color = f"C{i}"
@@ -85,12 +101,7 @@ def plot_memory_vs_speed(points, *, memory_label="saved for the backward", title
             mid = t[1] if len(t) == 3 else np.sqrt(t[0] * t[-1])  # bar centre on a log axis
             ax_t.errorbar([mid], [mem[i] / mscale], xerr=[[mid - t[0]], [t[-1] - mid]],
                           fmt=MARKERS[j % len(MARKERS)], color=color, ms=7, capsize=3)
-        ax_t.annotate(p["name"], (min(p["times"][s][0] for s in p["times"]) / tscale,
-                                  mem[i] / mscale), textcoords="offset points", xytext=(-4, 7),
-                      fontsize=8, color=color, ha="right")
         ax_f.plot([flops[i] / fscale], [mem[i] / mscale], "o", color=color, ms=7)
-        ax_f.annotate(p["name"], (flops[i] / fscale, mem[i] / mscale),
-                      textcoords="offset points", xytext=(5, 5), fontsize=8, color=color)
     for j, src in enumerate(sources):
         ax_t.plot([], [], MARKERS[j % len(MARKERS)], color="0.3", label=src)
     for ax in (ax_t, ax_f):
@@ -101,9 +112,16 @@ def plot_memory_vs_speed(points, *, memory_label="saved for the backward", title
         ax.set_ylabel(f"{memory_label} ({munit})")
         ax.grid(True, which="major", alpha=0.3)
         ax.margins(0.25)
-    ax_t.set_xlabel(f"time ({tunit}); bars: modeled lower-upper, measured p10-p90")
+    ax_t.set_xlabel(time_label(tunit, [t for p in points for t in p["times"].values()]))
     ax_t.legend(fontsize=8, loc="best")
     ax_f.set_xlabel(f"hardware FLOPs ({funit}), recompute included")
+    names = [p["name"] for p in points]
+    left = [min(t[0] for t in p["times"].values()) / tscale for p in points]  # bars' left ends
+    for ax, xs in ((ax_t, left), (ax_f, flops / fscale)):
+        ax.figure.tight_layout()  # the final axes sizes, before the labels are placed
+        texts = label_points(ax, xs, mem / mscale, names)
+        for k, text in enumerate(texts):
+            text.set_color(f"C{k}")
     ax_t.set_title("memory against speed", fontsize=10)
     ax_f.set_title("memory against FLOPs", fontsize=10)
     if title is None:
