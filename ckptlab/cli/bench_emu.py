@@ -17,10 +17,13 @@ would run it once the block's threads are loops between barriers (CuPBoP / COX),
 the system's g++ -O2 and timed on one core in the same run, interleaved with the emulator's
 launches; its C must equal the emulator's bit for bit (same operations, same order):
 
-    vs native  = median time of the row / median time of the native loop nest
+    cpu ms     = median CPU time of the launching thread (one worker: it runs the blocks
+                 itself), which other processes' load inflates far less than wall time
+    vs native  = median CPU time of the row / that of the native loop nest (one worker;
+                 several: wall time / the native loop's wall time)
 
 The flash pair (kernels/attn_flash_fwd.cu then _bwd.cu, forward + backward, B = H = 1,
-N = 1024, d = 64, one worker) is timed per mode too, wall time of the two calls.
+N = 1024, d = 64, one worker) is timed per mode too: wall and CPU time of the two calls.
 
 A further table runs the same product on tensor cores, kernels/wmma_gemm.cu<__nv_bfloat16>
 (the same 16 x 16 tiles, one warp a tile: 8,192 threads), next to the fp32 SGEMM, per mode:
@@ -87,8 +90,9 @@ def load_average() -> str:
 
 
 def run(size: int = 256, repeats: int = 5, workers=(1, None)) -> list[dict]:
-    """Rows of {mode, workers, size, threads, median_s, min_s, max_s, threads_per_s, overhead,
-    speedup}. workers: the counts to run (None: one per CPU)."""
+    """Rows of {mode, workers, size, threads, median_s, min_s, max_s, threads_per_s, cpu_s,
+    overhead, speedup, vs_native}, the native loop nest's last. workers: the counts to run
+    (None: one per CPU); cpu_s (CPU seconds of the calling thread) on one worker only."""
     counts = sorted({w or emu.config.cpus() for w in workers})
     with device.use("emu"):
         f = device.load("sgemm_tiled.cu").get_function("sgemm_tiled")
@@ -102,7 +106,7 @@ def run(size: int = 256, repeats: int = 5, workers=(1, None)) -> list[dict]:
     native = native_sgemm()
     C_native = np.empty_like(C)
     native(A, B, C_native)
-    native_times = []
+    native_times, native_cpu = [], []
     rows = []
     for label, race in MODES:
         mode = "fast" if label == "fast" else "counted"
@@ -112,38 +116,47 @@ def run(size: int = 256, repeats: int = 5, workers=(1, None)) -> list[dict]:
                 raise RuntimeError(f"the native loop nest's C differs from the emulator's "
                                    f"({label}): {NATIVE.name} no longer matches the kernel")
             times = {w: [] for w in counts}
+            cpu = {w: [] for w in counts}
             for _ in range(repeats):  # interleaved: a change in load hits every count alike
                 for w in counts:
                     with emu.settings(workers=w):
+                        c0 = time.thread_time()
                         times[w].append(f(grid, block, args).seconds)
-                t0 = time.perf_counter()
+                        cpu[w].append(time.thread_time() - c0)
+                c0, t0 = time.thread_time(), time.perf_counter()
                 native(A, B, C_native)
                 native_times.append(time.perf_counter() - t0)
+                native_cpu.append(time.thread_time() - c0)
         for w in counts:
-            rows.append(_row(label, w, size, threads, times[w]))
-    rows.append(_row("native g++ -O2", 1, size, threads, native_times))
-    nat = rows[-1]["median_s"]
+            rows.append(_row(label, w, size, threads, times[w], cpu[w] if w == 1 else None))
+    native_row = _row("native g++ -O2", 1, size, threads, native_times, native_cpu)
     for r in rows:
         fast = next(x for x in rows if x["mode"] == "fast" and x["workers"] == r["workers"])
         one = next(x for x in rows if x["mode"] == r["mode"] and x["workers"] == counts[0])
         r["overhead"] = r["median_s"] / fast["median_s"]
         r["speedup"] = one["median_s"] / r["median_s"]
-        r["vs_native"] = r["median_s"] / nat
-    return rows
+        r["vs_native"] = (r["cpu_s"] / native_row["cpu_s"] if r["cpu_s"] is not None
+                          else r["median_s"] / native_row["median_s"])
+    fast = next(x for x in rows if x["mode"] == "fast" and x["workers"] == counts[0])
+    native_row.update(overhead=native_row["median_s"] / fast["median_s"], speedup=1.0,
+                      vs_native=1.0)
+    return rows + [native_row]
 
 
-def _row(label, w, size, threads, times) -> dict:
+def _row(label, w, size, threads, times, cpu=None) -> dict:
     med = statistics.median(times)
     return dict(mode=label, workers=w, size=size, threads=threads, median_s=med,
-                min_s=min(times), max_s=max(times), threads_per_s=threads / med)
+                min_s=min(times), max_s=max(times), threads_per_s=threads / med,
+                cpu_s=statistics.median(cpu) if cpu else None)
 
 
 FLASH_MODES = (("fast", False), ("counted", False))
 
 
 def run_flash(n: int = 1024, d: int = 64, repeats: int = 3, modes=FLASH_MODES) -> list[dict]:
-    """Rows of {kernel, mode, n, d, median_s, min_s, max_s}: the flash forward + backward
-    (B = H = 1) on one worker, wall seconds of the two calls, per mode."""
+    """Rows of {kernel, mode, n, d, median_s, min_s, max_s, cpu_s}: the flash forward +
+    backward (B = H = 1) on one worker, wall seconds of the two calls and the median CPU
+    seconds of the calling thread (which runs the blocks), per mode."""
     from ckptlab.kernels import flash
 
     rng = np.random.default_rng(0)
@@ -153,16 +166,17 @@ def run_flash(n: int = 1024, d: int = 64, repeats: int = 3, modes=FLASH_MODES) -
         for label, race in modes:
             mode = "fast" if label == "fast" else "counted"
             with emu.settings(mode=mode, race_check=race, workers=1):
-                times = []
+                times, cpu = [], []
                 for i in range(repeats + 1):  # the first: a warm-up (builds if needed)
-                    t0 = time.perf_counter()
+                    c0, t0 = time.thread_time(), time.perf_counter()
                     _, saved = flash.flash_forward(q, k, v)
                     flash.flash_backward(dO, q, k, v, saved)
                     if i:
                         times.append(time.perf_counter() - t0)
+                        cpu.append(time.thread_time() - c0)
             rows.append(dict(kernel="flash fwd+bwd", mode=label, n=n, d=d,
                              median_s=statistics.median(times), min_s=min(times),
-                             max_s=max(times)))
+                             max_s=max(times), cpu_s=statistics.median(cpu)))
     return rows
 
 
@@ -170,12 +184,12 @@ def format_flash_rows(rows: list[dict]) -> str:
     r0 = rows[0]
     out = [f"flash forward + backward, N = {r0['n']}, d = {r0['d']}, B = H = 1, one worker, "
            "median of repeats (min..max)",
-           f"{'mode':<14}{'median ms':>11}{'min..max ms':>18}{'vs fast':>9}"]
-    fast = next(r for r in rows if r["mode"] == "fast")["median_s"]
+           f"{'mode':<14}{'median ms':>11}{'min..max ms':>18}{'cpu ms':>9}{'vs fast':>9}"]
+    fast = next(r for r in rows if r["mode"] == "fast")
     for r in rows:
         spread = f"{r['min_s'] * 1e3:.0f}..{r['max_s'] * 1e3:.0f}"
         out.append(f"{r['mode']:<14}{r['median_s'] * 1e3:>11.0f}{spread:>18}"
-                   f"{r['median_s'] / fast:>8.2f}x")
+                   f"{r['cpu_s'] * 1e3:>9.0f}{r['cpu_s'] / fast['cpu_s']:>8.2f}x")
     return "\n".join(out)
 
 
@@ -231,12 +245,13 @@ def format_rows(rows: list[dict]) -> str:
            f"median of repeats (min..max), {os.cpu_count()} CPUs, load average "
            f"{load_average()}",
            f"{'mode':<16}{'workers':>8}{'median ms':>11}{'min..max ms':>16}{'M threads/s':>13}"
-           f"{'vs fast':>9}{'speed-up':>10}{'vs native':>11}"]
+           f"{'vs fast':>9}{'speed-up':>10}{'cpu ms':>9}{'vs native':>11}"]
     for r in rows:
         spread = f"{r['min_s'] * 1e3:.1f}..{r['max_s'] * 1e3:.1f}"
+        cpu = "-" if r["cpu_s"] is None else f"{r['cpu_s'] * 1e3:.1f}"
         out.append(f"{r['mode']:<16}{r['workers']:>8}{r['median_s'] * 1e3:>11.1f}{spread:>16}"
                    f"{r['threads_per_s'] / 1e6:>13.2f}{r['overhead']:>8.2f}x"
-                   f"{r['speedup']:>9.2f}x{r['vs_native']:>10.1f}x")
+                   f"{r['speedup']:>9.2f}x{cpu:>9}{r['vs_native']:>10.1f}x")
     return "\n".join(out)
 
 
