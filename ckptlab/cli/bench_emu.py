@@ -256,7 +256,14 @@ def format_rows(rows: list[dict]) -> str:
 
 
 def nonnegative_int(text: str) -> int:
-    return 0 if text.strip() == "0" else positive_int(text)
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
 
 
 def main(argv=None) -> int:
