@@ -119,8 +119,10 @@ def test_bench_checkpoint_dispatch(tmp_path, capsys):
 
 
 def test_kernels_and_bench_emu_dispatch(capsys):
-    rc, out, _ = run_cli(capsys, "bench", "emu", "--size", "32", "--repeats", "1")
+    rc, out, _ = run_cli(capsys, "bench", "emu", "--size", "32", "--repeats", "1",
+                         "--flash-n", "24", "--flash-repeats", "1")
     assert rc == 0 and "M threads/s" in out
+    assert "native g++ -O2" in out and "flash forward + backward, N = 24" in out
     assert "wmma_gemm (bf16)" in out and "MFLOP/s" in out  # the tensor-core table
     rc, out, _ = run_cli(capsys, "kernels", "--help")
     assert rc == 0 and "python -m ckptlab kernels" in out

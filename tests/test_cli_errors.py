@@ -34,6 +34,7 @@ CASES = [  # (argv, a part of the message)
     (["bench", "attention", "--heads", "0"], "expected an integer >= 1"),
     (["tour", "--heads", "0"], "expected an integer >= 1"),
     (["bench", "emu", "--size", "0"], "expected an integer >= 1"),
+    (["bench", "emu", "--flash-n", "-1"], "expected an integer >= 0"),
     (["fig2", "--repeats", "-1"], "expected an integer >= 1"),
     (["bench", "checkpoint", "--batch", "0"], "expected an integer >= 1"),
     (["bench", "checkpoint", "--schedule", ""], "expected comma-separated schedules"),

@@ -12,7 +12,20 @@ Modes: "fast" (plain build), "counted" (memory hooks: bytes per argument, bounds
 "counted+race" (also the race check, the default in tests). Timings on a shared machine vary:
 the load average (/proc/loadavg) is printed with them; compare runs made under the same load.
 
-A second table runs the same product on tensor cores, kernels/wmma_gemm.cu<__nv_bfloat16>
+The native anchor: ckptlab/emu/native_sgemm.cpp, the same tiled loop nest as a CPU compiler
+would run it once the block's threads are loops between barriers (CuPBoP / COX), compiled with
+the system's g++ -O2 and timed on one core in the same run, interleaved with the emulator's
+launches; its C must equal the emulator's bit for bit (same operations, same order):
+
+    cpu ms     = median CPU time of the launching thread (one worker: it runs the blocks
+                 itself), which other processes' load inflates far less than wall time
+    vs native  = median CPU time of the row / that of the native loop nest (one worker;
+                 several: wall time / the native loop's wall time)
+
+The flash pair (kernels/attn_flash_fwd.cu then _bwd.cu, forward + backward, B = H = 1,
+N = 1024, d = 64, one worker) is timed per mode too: wall and CPU time of the two calls.
+
+A further table runs the same product on tensor cores, kernels/wmma_gemm.cu<__nv_bfloat16>
 (the same 16 x 16 tiles, one warp a tile: 8,192 threads), next to the fp32 SGEMM, per mode:
 
     MFLOP/s    = 2 M N K / wall seconds of the launch (emulated FLOPs per second of CPU time)
@@ -21,18 +34,51 @@ A second table runs the same product on tensor cores, kernels/wmma_gemm.cu<__nv_
 from __future__ import annotations
 
 import argparse
+import ctypes
+import hashlib
 import os
 import statistics
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 
 from ckptlab import device, emu
 from ckptlab.cli.report import check_bytes, positive_int, writable_file, write_csv
+from ckptlab.emu.build import compiler, compiler_version
+from ckptlab.emu.cache import locked_build
 from ckptlab.kernels.table import SGEMM_TILE as TILE
 from ckptlab.kernels.table import WMMA_TILE
 
 MODES = (("fast", False), ("counted", False), ("counted+race", True))
+NATIVE = Path(emu.__file__).resolve().parent / "native_sgemm.cpp"
+NATIVE_FLAGS = ("-O2", "-fPIC", "-shared")
+
+
+def native_sgemm():
+    """The native loop nest (native_sgemm.cpp) built with g++ -O2 into the emulator's cache:
+    a function (A, B, C) -> None for C-contiguous fp32 matrices."""
+    cxx = compiler()
+    key = hashlib.sha256(b"\0".join([NATIVE.read_bytes(), compiler_version(cxx).encode(),
+                                      *(f.encode() for f in NATIVE_FLAGS)])).hexdigest()[:24]
+
+    def build(tmp: Path, out: Path):
+        proc = subprocess.run([cxx, *NATIVE_FLAGS, "-o", str(out), str(NATIVE)],
+                              capture_output=True, text=True)
+        if proc.returncode:
+            raise RuntimeError(f"compiling {NATIVE.name} failed:\n{proc.stderr.strip()}")
+
+    lib = ctypes.CDLL(str(locked_build(emu.cache_dir() / f"native_sgemm-{key}.so", build)))
+    fn = lib.sgemm_loops
+    fn.restype = None
+    fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3
+
+    def sgemm(A, B, C):
+        (M, K), N = A.shape, B.shape[1]
+        fn(A.ctypes.data, B.ctypes.data, C.ctypes.data, M, N, K)
+    return sgemm
 
 
 def load_average() -> str:
@@ -44,8 +90,9 @@ def load_average() -> str:
 
 
 def run(size: int = 256, repeats: int = 5, workers=(1, None)) -> list[dict]:
-    """Rows of {mode, workers, size, threads, median_s, min_s, max_s, threads_per_s, overhead,
-    speedup}. workers: the counts to run (None: one per CPU)."""
+    """Rows of {mode, workers, size, threads, median_s, min_s, max_s, threads_per_s, cpu_s,
+    overhead, speedup, vs_native}, the native loop nest's last. workers: the counts to run
+    (None: one per CPU); cpu_s (CPU seconds of the calling thread) on one worker only."""
     counts = sorted({w or emu.config.cpus() for w in workers})
     with device.use("emu"):
         f = device.load("sgemm_tiled.cu").get_function("sgemm_tiled")
@@ -56,27 +103,94 @@ def run(size: int = 256, repeats: int = 5, workers=(1, None)) -> list[dict]:
     grid, block = (-(-size // TILE), -(-size // TILE)), (TILE, TILE)
     args = (A, B, C, np.int32(size), np.int32(size), np.int32(size))
     threads = grid[0] * grid[1] * TILE * TILE
+    native = native_sgemm()
+    C_native = np.empty_like(C)
+    native(A, B, C_native)
+    native_times, native_cpu = [], []
     rows = []
     for label, race in MODES:
         mode = "fast" if label == "fast" else "counted"
         with emu.settings(mode=mode, race_check=race):
             f(grid, block, args)  # warm-up: builds this mode's library if needed
+            if not np.array_equal(C.view(np.uint32), C_native.view(np.uint32)):
+                raise RuntimeError(f"the native loop nest's C differs from the emulator's "
+                                   f"({label}): {NATIVE.name} no longer matches the kernel")
             times = {w: [] for w in counts}
+            cpu = {w: [] for w in counts}
             for _ in range(repeats):  # interleaved: a change in load hits every count alike
                 for w in counts:
                     with emu.settings(workers=w):
+                        c0 = time.thread_time()
                         times[w].append(f(grid, block, args).seconds)
+                        cpu[w].append(time.thread_time() - c0)
+                c0, t0 = time.thread_time(), time.perf_counter()
+                native(A, B, C_native)
+                native_times.append(time.perf_counter() - t0)
+                native_cpu.append(time.thread_time() - c0)
         for w in counts:
-            med = statistics.median(times[w])
-            rows.append(dict(mode=label, workers=w, size=size, threads=threads, median_s=med,
-                             min_s=min(times[w]), max_s=max(times[w]),
-                             threads_per_s=threads / med))
+            rows.append(_row(label, w, size, threads, times[w], cpu[w] if w == 1 else None))
+    native_row = _row("native g++ -O2", 1, size, threads, native_times, native_cpu)
     for r in rows:
         fast = next(x for x in rows if x["mode"] == "fast" and x["workers"] == r["workers"])
         one = next(x for x in rows if x["mode"] == r["mode"] and x["workers"] == counts[0])
         r["overhead"] = r["median_s"] / fast["median_s"]
         r["speedup"] = one["median_s"] / r["median_s"]
+        r["vs_native"] = (r["cpu_s"] / native_row["cpu_s"] if r["cpu_s"] is not None
+                          else r["median_s"] / native_row["median_s"])
+    fast = next(x for x in rows if x["mode"] == "fast" and x["workers"] == counts[0])
+    native_row.update(overhead=native_row["median_s"] / fast["median_s"], speedup=1.0,
+                      vs_native=1.0)
+    return rows + [native_row]
+
+
+def _row(label, w, size, threads, times, cpu=None) -> dict:
+    med = statistics.median(times)
+    return dict(mode=label, workers=w, size=size, threads=threads, median_s=med,
+                min_s=min(times), max_s=max(times), threads_per_s=threads / med,
+                cpu_s=statistics.median(cpu) if cpu else None)
+
+
+FLASH_MODES = (("fast", False), ("counted", False))
+
+
+def run_flash(n: int = 1024, d: int = 64, repeats: int = 3, modes=FLASH_MODES) -> list[dict]:
+    """Rows of {kernel, mode, n, d, median_s, min_s, max_s, cpu_s}: the flash forward +
+    backward (B = H = 1) on one worker, wall seconds of the two calls and the median CPU
+    seconds of the calling thread (which runs the blocks), per mode."""
+    from ckptlab.kernels import flash
+
+    rng = np.random.default_rng(0)
+    q, k, v, dO = (rng.standard_normal((1, 1, n, d)).astype(np.float32) for _ in range(4))
+    rows = []
+    with device.use("emu"):
+        for label, race in modes:
+            mode = "fast" if label == "fast" else "counted"
+            with emu.settings(mode=mode, race_check=race, workers=1):
+                times, cpu = [], []
+                for i in range(repeats + 1):  # the first: a warm-up (builds if needed)
+                    c0, t0 = time.thread_time(), time.perf_counter()
+                    _, saved = flash.flash_forward(q, k, v)
+                    flash.flash_backward(dO, q, k, v, saved)
+                    if i:
+                        times.append(time.perf_counter() - t0)
+                        cpu.append(time.thread_time() - c0)
+            rows.append(dict(kernel="flash fwd+bwd", mode=label, n=n, d=d,
+                             median_s=statistics.median(times), min_s=min(times),
+                             max_s=max(times), cpu_s=statistics.median(cpu)))
     return rows
+
+
+def format_flash_rows(rows: list[dict]) -> str:
+    r0 = rows[0]
+    out = [f"flash forward + backward, N = {r0['n']}, d = {r0['d']}, B = H = 1, one worker, "
+           "median of repeats (min..max)",
+           f"{'mode':<14}{'median ms':>11}{'min..max ms':>18}{'cpu ms':>9}{'vs fast':>9}"]
+    fast = next(r for r in rows if r["mode"] == "fast")
+    for r in rows:
+        spread = f"{r['min_s'] * 1e3:.0f}..{r['max_s'] * 1e3:.0f}"
+        out.append(f"{r['mode']:<14}{r['median_s'] * 1e3:>11.0f}{spread:>18}"
+                   f"{r['cpu_s'] * 1e3:>9.0f}{r['cpu_s'] / fast['cpu_s']:>8.2f}x")
+    return "\n".join(out)
 
 
 WMMA = "wmma_gemm<__nv_bfloat16>"
@@ -130,14 +244,26 @@ def format_rows(rows: list[dict]) -> str:
     out = [f"SGEMM {rows[0]['size']}^3 on the emulator ({rows[0]['threads']:,} threads), "
            f"median of repeats (min..max), {os.cpu_count()} CPUs, load average "
            f"{load_average()}",
-           f"{'mode':<14}{'workers':>8}{'median ms':>11}{'min..max ms':>16}{'M threads/s':>13}"
-           f"{'vs fast':>9}{'speed-up':>10}"]
+           f"{'mode':<16}{'workers':>8}{'median ms':>11}{'min..max ms':>16}{'M threads/s':>13}"
+           f"{'vs fast':>9}{'speed-up':>10}{'cpu ms':>9}{'vs native':>11}"]
     for r in rows:
         spread = f"{r['min_s'] * 1e3:.1f}..{r['max_s'] * 1e3:.1f}"
-        out.append(f"{r['mode']:<14}{r['workers']:>8}{r['median_s'] * 1e3:>11.1f}{spread:>16}"
+        cpu = "-" if r["cpu_s"] is None else f"{r['cpu_s'] * 1e3:.1f}"
+        out.append(f"{r['mode']:<16}{r['workers']:>8}{r['median_s'] * 1e3:>11.1f}{spread:>16}"
                    f"{r['threads_per_s'] / 1e6:>13.2f}{r['overhead']:>8.2f}x"
-                   f"{r['speedup']:>9.2f}x")
+                   f"{r['speedup']:>9.2f}x{cpu:>9}{r['vs_native']:>10.1f}x")
     return "\n".join(out)
+
+
+def nonnegative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
 
 
 def main(argv=None) -> int:
@@ -147,6 +273,9 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=positive_int, default=5)
     p.add_argument("--workers", default=None,
                    help="comma-separated worker counts (default: 1 and one per CPU)")
+    p.add_argument("--flash-n", type=nonnegative_int, default=1024,
+                   help="N of the flash pair at d = 64 (default 1024; 0 skips it)")
+    p.add_argument("--flash-repeats", type=positive_int, default=3)
     p.add_argument("--csv", metavar="FILE", help="also write the rows as CSV ('-': stdout)")
     a = p.parse_args(argv)
     if a.csv:
@@ -164,11 +293,16 @@ def main(argv=None) -> int:
             p.error(f"--workers: each in [1, {emu.abi.MAX_WORKERS}]")
     rows = run(a.size, a.repeats, workers)
     print(format_rows(rows))
+    flash_rows = []
+    if a.flash_n:
+        flash_rows = run_flash(a.flash_n, 64, a.flash_repeats)
+        print()
+        print(format_flash_rows(flash_rows))
     wmma_rows = run_wmma(a.size, a.repeats)
     print()
     print(format_wmma_rows(wmma_rows))
     if a.csv:
-        write_csv(rows + wmma_rows, a.csv)
+        write_csv(rows + flash_rows + wmma_rows, a.csv)
     return 0
 
 

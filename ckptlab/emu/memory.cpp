@@ -193,13 +193,34 @@ __attribute__((noinline, cold)) static void bad_access_at(uint64_t fo, uintptr_t
                                                           void* pc) {
     bad_access(&g_fibers[fo >> g_fshift], a, sk >> 2, int(sk & 3), EMU_PC);
 }
-__attribute__((noinline)) static void elsewhere(uint64_t fo, uintptr_t a, size_t sk, void* pc) {
-    pc = EMU_PC;
+__attribute__((noinline)) static void elsewhere_slow(uint64_t fo, uintptr_t a, size_t sk,
+                                                     void* pc) {
     Fiber* f = &g_fibers[fo >> g_fshift];
     const uint64_t ao = a - g_arg_base;
     if (ao < g_arg_span)
         return arg_access(&g_wbase[fo >> g_wshift], f, a, ao, sk >> 2, int(sk & 3), pc);
     return other_access(f, a, sk >> 2, int(sk & 3), pc);
+}
+__attribute__((noinline)) static void elsewhere(uint64_t fo, uintptr_t a, size_t sk, void* pc) {
+    // The common global access first, with no call on its way (so no register to save): a read
+    // or a write of one argument alone in its region, in bounds, allowed, with no race check.
+    // Anything else takes the full path, which checks and counts it as this would.
+    const uint64_t ao = a - g_arg_base;
+    if (ao < g_arg_span) {
+        const Region& R = g_regions[ao >> g_arg_shift];
+        const size_t size = sk >> 2;
+        const int kind = int(sk & 3);
+        const uint64_t off = a - R.lo;
+        const ArgBuf* b = &g_args[R.first];
+        if (__builtin_expect(R.n == 1 && kind != 2 && off < R.size && size <= R.size - off &&
+                             (kind == 0 || R.writable) && !b->shadow, 1)) {
+            Worker* w = &g_wbase[fo >> g_wshift];
+            (kind ? w->cnt.write : w->cnt.read)[b->counter] += size;
+            set_bits(kind ? b->touched_w : b->touched_r, off, size);
+            return;
+        }
+    }
+    return elsewhere_slow(fo, a, sk, EMU_PC);
 }
 
 // The hot path, inlined into every hook: no call but tail calls to the rarer cases, so that it

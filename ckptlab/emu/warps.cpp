@@ -30,23 +30,27 @@ static void complete_warp(Fiber* f, Warp& wp, int base, const char* file, int li
     unsigned long long ballot = 0;
     for (int j = 0; j < 32; ++j)
         if ((wp.mask >> j) & 1u) ballot |= static_cast<unsigned long long>(wp.val[j] != 0) << j;
+    const bool shuffle = is_shuffle(wp.op);
+    Fiber* fibers = worker_of(f)->fibers;
     for (int j = 0; j < 32; ++j) {
         if (!((wp.mask >> j) & 1u)) continue;
-        int width = wp.width[j], src = j;
-        if (is_shuffle(wp.op) && (width < 1 || width > 32 || (width & (width - 1)))) {
-            set_fault(worker_of(f), F_WARP, nullptr, file, line,
-                      "%s: width %d is not a power of two in [1, 32]", op_name(wp.op), width);
-            abort_fiber(f);
-        }
-        int seg = j - j % (width > 0 ? width : 32);
-        switch (wp.op) {
-            case EMU_SHFL_IDX: src = seg + (((wp.arg[j] % width) + width) % width); break;
-            case EMU_SHFL_UP: src = j - wp.arg[j] >= seg ? j - wp.arg[j] : j; break;
-            case EMU_SHFL_DOWN: src = j + wp.arg[j] < seg + width ? j + wp.arg[j] : j; break;
-            case EMU_SHFL_XOR: src = (j ^ wp.arg[j]) < seg + width ? (j ^ wp.arg[j]) : j; break;
-            default: break;
-        }
-        if (is_shuffle(wp.op)) {
+        int src = j;
+        if (shuffle) {
+            const int width = wp.width[j];
+            if (width < 1 || width > 32 || (width & (width - 1))) {
+                set_fault(worker_of(f), F_WARP, nullptr, file, line,
+                          "%s: width %d is not a power of two in [1, 32]", op_name(wp.op), width);
+                abort_fiber(f);
+            }
+            // width is a power of two: j - j % width, and arg modulo width in [0, width)
+            const int seg = j & ~(width - 1), arg = wp.arg[j];
+            switch (wp.op) {
+                case EMU_SHFL_IDX: src = seg + (arg & (width - 1)); break;
+                case EMU_SHFL_UP: src = j - arg >= seg ? j - arg : j; break;
+                case EMU_SHFL_DOWN: src = j + arg < seg + width ? j + arg : j; break;
+                case EMU_SHFL_XOR: src = (j ^ arg) < seg + width ? (j ^ arg) : j; break;
+                default: break;
+            }
             if (src < 0 || src > 31 || !((wp.mask >> src) & 1u)) {
                 set_fault(worker_of(f), F_WARP, nullptr, file, line,
                           "%s: lane %d reads lane %d, which is not in the mask 0x%08x "
@@ -64,7 +68,7 @@ static void complete_warp(Fiber* f, Warp& wp, int base, const char* file, int li
         } else if (wp.op == EMU_WMMA) {
             wp.result[j] = wp.val[0];
         }
-        if (j + base != f->tid) worker_of(f)->fibers[base + j].state = READY;
+        if (j + base != f->tid) fibers[base + j].state = READY;
     }
 }
 
@@ -81,7 +85,11 @@ static unsigned long long warp_op(int op, unsigned mask, unsigned long long bits
                   op_name(op), lane, mask);
         abort_fiber(f);
     }
-    for (int j = 0; j < 32; ++j) {
+    // The lanes of the mask are checked when the first of them arrives: a later lane with the
+    // same mask would find nothing new (a lane that exits in between is stopped by
+    // warp_pending_check), and one with another mask is checked as the first was.
+    const bool check = !wp.active || wp.mask != mask;
+    for (int j = 0; j < 32 && check; ++j) {
         if (!((mask >> j) & 1u)) continue;
         if (base + j >= g_nthreads) {
             set_fault(w, F_WARP, nullptr, file, line,
@@ -116,7 +124,8 @@ static unsigned long long warp_op(int op, unsigned mask, unsigned long long bits
         // shuffles or votes), and only among the lanes of its mask.
         if (op == EMU_SYNCWARP) {
             const uint32_t id = ++sync_id(w);
-            for (int a = 0; a < 32; ++a)
+            const bool races = g_cfg.race_check && g_cfg.counted;  // common's one reader
+            for (int a = 0; a < 32 && races; ++a)
                 if ((mask >> a) & 1u)
                     for (int b = 0; b < 32; ++b)
                         if ((mask >> b) & 1u) w->common[t / 32][a][b] = id;
