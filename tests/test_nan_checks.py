@@ -1,7 +1,7 @@
 """A comparison that decides pass or fail treats a NaN as a failure: `abs(a - b) > tol` is
-False for NaN, so a check written that way passes a NaN. The DDP demo's loss check, the
-tensor-parallel block's check and FlashAttention's accuracy grid (bench/fa_grid.py) each fail
-on a NaN here."""
+False for NaN, so a check written that way passes a NaN. The DDP and FSDP demos' loss checks,
+the tensor-parallel block's check and FlashAttention's accuracy grid (bench/fa_grid.py) each
+fail on a NaN here."""
 
 import importlib.util
 import math
@@ -31,6 +31,21 @@ def test_the_ddp_check_fails_a_loss_that_is_not_finite(torch, losses, ref):
 
     bad = demo.check_ddp(ddp_result(losses, ref))
     assert len(bad) == 1 and "not a finite number" in bad[0], bad
+
+
+@pytest.mark.parametrize("losses,ref", [
+    ([1.0, math.nan], [1.0, math.nan]),
+    ([1.0, math.nan], [1.0, 0.9]),
+    ([math.inf, 1.0], [math.inf, 1.0]),
+])
+def test_the_fsdp_check_fails_a_loss_that_is_not_finite(torch, losses, ref):
+    from ckptlab.torch import fsdp
+
+    rank = dict(rank=1, losses=losses, saved=[10] * len(losses), predicted=10)
+    bad = fsdp.check(dict(ranks=[rank], reference=dict(losses=ref)))
+    assert len(bad) == 1 and "not a finite number" in bad[0] and "rank 1" in bad[0], bad
+    assert fsdp.check(dict(ranks=[dict(rank, losses=[1.0, 0.9])],
+                           reference=dict(losses=[1.0, 0.9]))) == []
 
 
 def test_the_ddp_check_still_passes_equal_finite_losses_and_fails_a_gap(torch):

@@ -21,7 +21,6 @@ gradient from the one-process reference, or a loss is not a finite number.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from dataclasses import asdict
@@ -37,7 +36,7 @@ from ckptlab.torch import nets
 from ckptlab.torch import tensor_parallel as tp
 from ckptlab.torch.ledger import TorchLedger
 from ckptlab.torch.schedule import make_schedule
-from ckptlab.torch.training import TOLERANCE, Config  # noqa: F401  (the demo's own names)
+from ckptlab.torch.training import TOLERANCE, Config, loss_mismatches, loss_table
 
 
 def train(rank: int, nproc: int, cfg: Config, ddp: bool = True) -> dict:
@@ -108,15 +107,8 @@ def check_ddp(result: dict) -> list:
     for r in result["ranks"]:
         bad += [f"rank {r['rank']} step {k}: measured {p} bytes, predicted {r['predicted']}"
                 for k, p in enumerate(r["peaks"]) if p != r["predicted"]]
-    ref = result["reference"]["losses"]
-    for k, loss in enumerate(result["ranks"][0]["losses"]):
-        if not (math.isfinite(loss) and math.isfinite(ref[k])):
-            bad.append(f"step {k}: loss {loss} with {result['nproc']} ranks, {ref[k]} in one "
-                       "process: training diverged (a loss that is not a finite number)")
-        elif not abs(loss - ref[k]) <= TOLERANCE * abs(ref[k]):
-            bad.append(f"step {k}: loss {loss:.8f} with {result['nproc']} ranks, {ref[k]:.8f} "
-                       "in one process")
-    return bad
+    return bad + loss_mismatches(result["ranks"][0]["losses"], result["reference"]["losses"],
+                                 f"with {result['nproc']} ranks")
 
 
 def report(result: dict) -> str:
@@ -129,11 +121,7 @@ def report(result: dict) -> str:
     for r in result["ranks"]:
         lines.append(f"{r['rank']:>4}  {r['plan']:<28} {max(r['peaks']):>28,} "
                      f"{r['predicted']:>10,}")
-    lines.append(f"{'step':>4}  {'loss, ' + str(result['nproc']) + ' ranks':>16} "
-                 f"{'loss, 1 process':>16} {'relative diff':>14}")
-    for k, (a, b) in enumerate(zip(result["ranks"][0]["losses"], ref["losses"], strict=True)):
-        diff = abs(a - b) / abs(b) if b else math.inf if a != b else 0.0
-        lines.append(f"{k:>4}  {a:>16.8f} {b:>16.8f} {diff:>14.1e}")
+    lines += loss_table(result["ranks"][0]["losses"], ref["losses"], f"{result['nproc']} ranks")
     bad = check_ddp(result)
     lines.append("all equal (bytes exactly, losses within a relative "
                  f"{TOLERANCE:g})" if not bad else "MISMATCH: " + "; ".join(bad))

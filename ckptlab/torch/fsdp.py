@@ -40,7 +40,7 @@ from ckptlab.torch import dist as cdist
 from ckptlab.torch import nets
 from ckptlab.torch.ledger import TorchLedger, storage_of
 from ckptlab.torch.schedule import make_schedule
-from ckptlab.torch.training import TOLERANCE, Config
+from ckptlab.torch.training import TOLERANCE, Config, loss_mismatches, loss_table
 
 OPTIMIZERS = ("sgd", "adam")
 ADAM_LR = 1e-3  # Adam's default step size (Kingma & Ba 2015, Algorithm 1; torch.optim.Adam's)
@@ -234,12 +234,9 @@ def check(result: dict) -> list:
     for r in result["ranks"]:
         bad += [f"rank {r['rank']} step {k}: saved {p} bytes, predicted {r['predicted']}"
                 for k, p in enumerate(r["saved"]) if p != r["predicted"]]
-    ref = result["reference"]["losses"]
     for r in result["ranks"]:
-        for k, loss in enumerate(r["losses"]):
-            if abs(loss - ref[k]) > TOLERANCE * abs(ref[k]):
-                bad.append(f"rank {r['rank']} step {k}: loss {loss:.8f} under FSDP, "
-                           f"{ref[k]:.8f} in one process")
+        bad += loss_mismatches(r["losses"], result["reference"]["losses"],
+                               f"on rank {r['rank']} under FSDP")
     return bad
 
 
@@ -258,10 +255,7 @@ def report(result: dict) -> str:
                      f"{r['optimizer']:>9,} {r['unit']:>9,}")
     lines.append(f"one process: params {ref['params']:,}, grads {max(ref['grads']):,}, "
                  f"optimizer {ref['optimizer']:,}, saved peak {max(ref['saved']):,} bytes")
-    lines.append(f"{'step':>4}  {'loss, FSDP':>16} {'loss, 1 process':>16} "
-                 f"{'relative diff':>14}")
-    for k, (a, b) in enumerate(zip(result["ranks"][0]["losses"], ref["losses"], strict=True)):
-        lines.append(f"{k:>4}  {a:>16.8f} {b:>16.8f} {abs(a - b) / abs(b):>14.1e}")
+    lines += loss_table(result["ranks"][0]["losses"], ref["losses"], "FSDP")
     bad = check(result)
     lines.append("all equal (saved bytes exactly, losses within a relative "
                  f"{TOLERANCE:g})" if not bad else "MISMATCH: " + "; ".join(bad))

@@ -1,8 +1,10 @@
 """What one training run of the demos is (ckptlab.torch.demo with DDP, ckptlab.torch.fsdp with
-FSDP2): the model, batch and schedule, and how close two runs' losses must be."""
+FSDP2): the model, batch and schedule, and how close two runs' losses must be (one check and
+one table for both, so a loss that is not a finite number fails both)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 # fp32 losses of the same model on the same batch, summed in another order (per-rank means,
@@ -23,3 +25,25 @@ class Config:
     lr: float = 0.1
     attn: str = "flash"
     seed: int = 0
+
+
+def loss_mismatches(losses, reference, who: str) -> list[str]:
+    """One line per step whose loss (`who`: "with 2 ranks", "rank 1 under FSDP") is not a
+    finite number or is off the one-process loss by more than TOLERANCE, relative."""
+    bad = []
+    for k, (loss, ref) in enumerate(zip(losses, reference, strict=True)):
+        if not (math.isfinite(loss) and math.isfinite(ref)):
+            bad.append(f"step {k}: loss {loss} {who}, {ref} in one process: training diverged "
+                       "(a loss that is not a finite number)")
+        elif not abs(loss - ref) <= TOLERANCE * abs(ref):
+            bad.append(f"step {k}: loss {loss:.8f} {who}, {ref:.8f} in one process")
+    return bad
+
+
+def loss_table(losses, reference, label: str) -> list[str]:
+    """Step, the run's loss (column `label`), the one-process loss, their relative difference."""
+    lines = [f"{'step':>4}  {'loss, ' + label:>16} {'loss, 1 process':>16} {'relative diff':>14}"]
+    for k, (a, b) in enumerate(zip(losses, reference, strict=True)):
+        diff = abs(a - b) / abs(b) if b else math.inf if a != b else 0.0
+        lines.append(f"{k:>4}  {a:>16.8f} {b:>16.8f} {diff:>14.1e}")
+    return lines
