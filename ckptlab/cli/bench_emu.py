@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from ckptlab import device, emu
-from ckptlab.cli.report import check_bytes, positive_int, writable_file, write_csv
+from ckptlab.cli.report import check_bytes, nonnegative_int, positive_int, writable_file, write_csv
 from ckptlab.emu.build import compiler, compiler_version
 from ckptlab.emu.cache import locked_build
 from ckptlab.kernels.table import SGEMM_TILE as TILE
@@ -253,17 +253,6 @@ def format_rows(rows: list[dict]) -> str:
                    f"{r['threads_per_s'] / 1e6:>13.2f}{r['overhead']:>8.2f}x"
                    f"{r['speedup']:>9.2f}x{cpu:>9}{r['vs_native']:>10.1f}x")
     return "\n".join(out)
-
-
-def nonnegative_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
 
 
 def main(argv=None) -> int:
