@@ -14,7 +14,6 @@ import threading
 import time
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 
 from . import abi, config
@@ -30,8 +29,20 @@ DTYPES = {
     "char": np.int8, "signed char": np.int8, "unsigned char": np.uint8, "bool": np.bool_,
     "float2": np.float32, "float4": np.float32, "int2": np.int32, "int4": np.int32,
     "uint2": np.uint32, "uint4": np.uint32, "double2": np.float64,
-    "__half": np.float16, "__nv_bfloat16": ml_dtypes.bfloat16,  # emu/include/cuda_fp16.h, _bf16.h
+    "__half": np.float16,  # emu/include/cuda_fp16.h; __nv_bfloat16: dtype_for
 }
+
+
+def dtype_for(ctype: str):
+    """NumPy's type for a kernel parameter's C type (emu/include/cuda_bf16.h for bfloat16), or
+    None. ml_dtypes is imported only for a kernel that takes __nv_bfloat16: importing it takes
+    about a second (ml_dtypes 0.7), which every process that loads a kernel would pay."""
+    if ctype == "__nv_bfloat16":
+        import ml_dtypes
+        return ml_dtypes.bfloat16
+    return DTYPES.get(ctype)
+
+
 VECTOR_BYTES = {"float2": 8, "float4": 16, "int2": 8, "int4": 16, "uint2": 8, "uint4": 16,
                 "double2": 16}
 _LAUNCH_LOCK = threading.Lock()  # one launch at a time per process (signals are global)
@@ -236,8 +247,12 @@ class Kernel:
                 if not isinstance(value, np.ndarray):
                     raise self._error(f"{where} must be a NumPy array, got "
                                       f"{type(value).__name__}")
-                if value.dtype != DTYPES[base]:
-                    raise self._error(f"{where} must have dtype {np.dtype(DTYPES[base])}, got "
+                want = dtype_for(base)
+                if want is None:
+                    raise self._error(f"{where}: pointers to {base} are not supported by the "
+                                      "emulator")
+                if value.dtype != want:
+                    raise self._error(f"{where} must have dtype {np.dtype(want)}, got "
                                       f"{value.dtype}")
                 if not value.flags.c_contiguous:
                     raise self._error(f"{where} must be C-contiguous (kernels ignore strides: "
@@ -255,7 +270,7 @@ class Kernel:
                 bufs.append(abi.Buf(value.ctypes.data, value.nbytes, len(bufs), i,
                                     int(ctype.startswith("const")), 0))
             else:
-                want = DTYPES.get(ctype)
+                want = dtype_for(ctype)
                 if want is None or ctype in VECTOR_BYTES:
                     raise self._error(f"{where}: by-value parameters of type {ctype} are not "
                                       "supported by the emulator")

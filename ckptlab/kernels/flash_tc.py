@@ -18,7 +18,6 @@ deterministic dQ kernel writes it directly.
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from ckptlab import device
@@ -43,13 +42,25 @@ from ckptlab.kernels.table import (
 )
 
 METHODS = ("flash", "stored")
-DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 _poison = True
+
+
+def _is_16bit_dtype(dt) -> bool:
+    """float16, or ml_dtypes' bfloat16 (compared by name first: an array of it means ml_dtypes
+    is imported already, and this module does not import it, a second's work, for fp32 users)."""
+    if dt is None:
+        return False
+    if dt == np.float16:
+        return True
+    if getattr(dt, "name", None) != "bfloat16":
+        return False
+    import ml_dtypes
+    return dt == ml_dtypes.bfloat16
 
 
 def is_16bit(a) -> bool:
     """True for an array of float16 or bfloat16: what the tensor-core kernels take."""
-    return getattr(a, "dtype", None) in DTYPES
+    return _is_16bit_dtype(getattr(a, "dtype", None))
 
 
 def check_array(name: str, a, dtype=None, shape=None) -> None:
@@ -57,7 +68,7 @@ def check_array(name: str, a, dtype=None, shape=None) -> None:
         raise TypeError(f"{name} must be a {device.xp().__name__} array on the "
                         f"{device.target()!r} target, got {type(a).__module__}."
                         f"{type(a).__name__}")
-    if dtype is None and a.dtype not in DTYPES:
+    if dtype is None and not _is_16bit_dtype(a.dtype):
         raise TypeError(f"{name} must have dtype float16 or bfloat16 for the tensor-core "
                         f"kernels, got {a.dtype}")
     if dtype is not None and a.dtype != dtype:
