@@ -9,8 +9,9 @@ from ckptlab.cli import bench_emu
 from ckptlab.kernels.table import SGEMM_TILE as TILE
 
 
+@pytest.mark.parametrize("symbol", ["sgemm_loops", "sgemm_one_thread_at_a_time"])
 @pytest.mark.parametrize("M,N,K", [(37, 20, 45), (32, 48, 16)])
-def test_native_loop_nest_is_bitwise_the_emulated_kernel(M, N, K):
+def test_native_loop_nest_is_bitwise_the_emulated_kernel(M, N, K, symbol):
     rng = np.random.default_rng()
     A = rng.standard_normal((M, K), dtype=np.float32)
     B = rng.standard_normal((K, N), dtype=np.float32)
@@ -20,7 +21,7 @@ def test_native_loop_nest_is_bitwise_the_emulated_kernel(M, N, K):
         f = device.load("sgemm_tiled.cu").get_function("sgemm_tiled")
         f((-(-N // TILE), -(-M // TILE)), (TILE, TILE),
           (A, B, C_emu, np.int32(M), np.int32(N), np.int32(K)))
-    bench_emu.native_sgemm()(A, B, C_native)
+    bench_emu.native_sgemm(symbol)(A, B, C_native)
     assert np.array_equal(C_native.view(np.uint32), C_emu.view(np.uint32))
     truth = A.astype(np.float64) @ B.astype(np.float64)
     assert np.allclose(C_native, truth, rtol=1e-5, atol=1e-4)
@@ -30,10 +31,13 @@ def test_bench_rows_carry_the_native_anchor_and_the_flash_pair():
     rows = bench_emu.run(size=32, repeats=1, workers=(1,))
     native = [r for r in rows if r["mode"] == "native g++ -O2"]
     assert len(native) == 1 and native[0]["vs_native"] == 1.0
+    serial = [r for r in rows if r["mode"] == "native, 1 thread at a time"]
+    assert len(serial) == 1 and serial[0]["vs_native"] == serial[0]["cpu_s"] / native[0]["cpu_s"]
     fast = next(r for r in rows if r["mode"] == "fast")
     assert fast["vs_native"] == fast["cpu_s"] / native[0]["cpu_s"] > 0
     several = bench_emu.run(size=32, repeats=1, workers=(2,))  # no row on one worker
-    assert several[-1]["mode"] == "native g++ -O2" and several[0]["cpu_s"] is None
+    assert [r["mode"] for r in several[-2:]] == list(bench_emu.NATIVE_VARIANTS)
+    assert several[0]["cpu_s"] is None
     assert "vs native" in bench_emu.format_rows(rows)
     flash = bench_emu.run_flash(n=24, d=64, repeats=1)
     assert [r["mode"] for r in flash] == ["fast", "counted"]

@@ -15,12 +15,18 @@ the load average (/proc/loadavg) is printed with them; compare runs made under t
 The native anchor: ckptlab/emu/native_sgemm.cpp, the same tiled loop nest as a CPU compiler
 would run it once the block's threads are loops between barriers (CuPBoP / COX), compiled with
 the system's g++ -O2 and timed on one core in the same run, interleaved with the emulator's
-launches; its C must equal the emulator's bit for bit (same operations, same order):
+launches; its C must equal the emulator's bit for bit (same operations, same order).
+The second anchor, sgemm_one_thread_at_a_time in the same file, runs the same regions one
+thread at a time (each thread's part of a region whole, a call the compiler cannot see through
+between threads): the order the emulator's fibers run them in, with switches that cost
+nothing, so the floor of any emulator that runs a thread at a time; the gap from it to the
+first is what threads' overlapping arithmetic buys, the gap above it the emulator's own cost
+(its C is checked bitwise too):
 
     cpu ms     = median CPU time of the launching thread (one worker: it runs the blocks
                  itself), which other processes' load inflates far less than wall time
-    vs native  = median CPU time of the row / that of the native loop nest (one worker;
-                 several: wall time / the native loop's wall time)
+    vs native  = median CPU time of the row / that of the first native loop nest (one
+                 worker; several: wall time / its wall time)
 
 The flash pair (kernels/attn_flash_fwd.cu then _bwd.cu, forward + backward, B = H = 1,
 N = 1024, d = 64, one worker) is timed per mode too: wall and CPU time of the two calls.
@@ -57,9 +63,14 @@ NATIVE = Path(emu.__file__).resolve().parent / "native_sgemm.cpp"
 NATIVE_FLAGS = ("-O2", "-fPIC", "-shared")
 
 
-def native_sgemm():
-    """The native loop nest (native_sgemm.cpp) built with g++ -O2 into the emulator's cache:
-    a function (A, B, C) -> None for C-contiguous fp32 matrices."""
+NATIVE_VARIANTS = {"native g++ -O2": "sgemm_loops",
+                   "native, 1 thread at a time": "sgemm_one_thread_at_a_time"}
+
+
+def native_sgemm(symbol: str = "sgemm_loops"):
+    """A loop nest of native_sgemm.cpp (sgemm_loops, or sgemm_one_thread_at_a_time) built with
+    g++ -O2 into the emulator's cache: a function (A, B, C) -> None for C-contiguous fp32
+    matrices."""
     cxx = compiler()
     key = hashlib.sha256(b"\0".join([NATIVE.read_bytes(), compiler_version(cxx).encode(),
                                       *(f.encode() for f in NATIVE_FLAGS)])).hexdigest()[:24]
@@ -71,7 +82,7 @@ def native_sgemm():
             raise RuntimeError(f"compiling {NATIVE.name} failed:\n{proc.stderr.strip()}")
 
     lib = ctypes.CDLL(str(locked_build(emu.cache_dir() / f"native_sgemm-{key}.so", build)))
-    fn = lib.sgemm_loops
+    fn = getattr(lib, symbol)
     fn.restype = None
     fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3
 
@@ -91,7 +102,7 @@ def load_average() -> str:
 
 def run(size: int = 256, repeats: int = 5, workers=(1, None)) -> list[dict]:
     """Rows of {mode, workers, size, threads, median_s, min_s, max_s, threads_per_s, cpu_s,
-    overhead, speedup, vs_native}, the native loop nest's last. workers: the counts to run
+    overhead, speedup, vs_native}, the two native loop nests' last. workers: the counts to run
     (None: one per CPU); cpu_s (CPU seconds of the calling thread) on one worker only."""
     counts = sorted({w or emu.config.cpus() for w in workers})
     with device.use("emu"):
@@ -103,18 +114,21 @@ def run(size: int = 256, repeats: int = 5, workers=(1, None)) -> list[dict]:
     grid, block = (-(-size // TILE), -(-size // TILE)), (TILE, TILE)
     args = (A, B, C, np.int32(size), np.int32(size), np.int32(size))
     threads = grid[0] * grid[1] * TILE * TILE
-    native = native_sgemm()
+    natives = {label: native_sgemm(sym) for label, sym in NATIVE_VARIANTS.items()}
+    native_times = {label: [] for label in natives}
+    native_cpu = {label: [] for label in natives}
     C_native = np.empty_like(C)
-    native(A, B, C_native)
-    native_times, native_cpu = [], []
     rows = []
     for label, race in MODES:
         mode = "fast" if label == "fast" else "counted"
         with emu.settings(mode=mode, race_check=race):
             f(grid, block, args)  # warm-up: builds this mode's library if needed
-            if not np.array_equal(C.view(np.uint32), C_native.view(np.uint32)):
-                raise RuntimeError(f"the native loop nest's C differs from the emulator's "
-                                   f"({label}): {NATIVE.name} no longer matches the kernel")
+            for name, native in natives.items():
+                C_native.fill(np.nan)
+                native(A, B, C_native)
+                if not np.array_equal(C.view(np.uint32), C_native.view(np.uint32)):
+                    raise RuntimeError(f"{name}'s C differs from the emulator's ({label}): "
+                                       f"{NATIVE.name} no longer matches the kernel")
             times = {w: [] for w in counts}
             cpu = {w: [] for w in counts}
             for _ in range(repeats):  # interleaved: a change in load hits every count alike
@@ -123,24 +137,28 @@ def run(size: int = 256, repeats: int = 5, workers=(1, None)) -> list[dict]:
                         c0 = time.thread_time()
                         times[w].append(f(grid, block, args).seconds)
                         cpu[w].append(time.thread_time() - c0)
-                c0, t0 = time.thread_time(), time.perf_counter()
-                native(A, B, C_native)
-                native_times.append(time.perf_counter() - t0)
-                native_cpu.append(time.thread_time() - c0)
+                for name, native in natives.items():
+                    c0, t0 = time.thread_time(), time.perf_counter()
+                    native(A, B, C_native)
+                    native_times[name].append(time.perf_counter() - t0)
+                    native_cpu[name].append(time.thread_time() - c0)
         for w in counts:
             rows.append(_row(label, w, size, threads, times[w], cpu[w] if w == 1 else None))
-    native_row = _row("native g++ -O2", 1, size, threads, native_times, native_cpu)
+    native_rows = [_row(name, 1, size, threads, native_times[name], native_cpu[name])
+                   for name in natives]
+    anchor = native_rows[0]
     for r in rows:
         fast = next(x for x in rows if x["mode"] == "fast" and x["workers"] == r["workers"])
         one = next(x for x in rows if x["mode"] == r["mode"] and x["workers"] == counts[0])
         r["overhead"] = r["median_s"] / fast["median_s"]
         r["speedup"] = one["median_s"] / r["median_s"]
-        r["vs_native"] = (r["cpu_s"] / native_row["cpu_s"] if r["cpu_s"] is not None
-                          else r["median_s"] / native_row["median_s"])
+        r["vs_native"] = (r["cpu_s"] / anchor["cpu_s"] if r["cpu_s"] is not None
+                          else r["median_s"] / anchor["median_s"])
     fast = next(x for x in rows if x["mode"] == "fast" and x["workers"] == counts[0])
-    native_row.update(overhead=native_row["median_s"] / fast["median_s"], speedup=1.0,
-                      vs_native=1.0)
-    return rows + [native_row]
+    for r in native_rows:
+        r.update(overhead=r["median_s"] / fast["median_s"], speedup=1.0,
+                 vs_native=r["cpu_s"] / anchor["cpu_s"])
+    return rows + native_rows
 
 
 def _row(label, w, size, threads, times, cpu=None) -> dict:
@@ -244,12 +262,12 @@ def format_rows(rows: list[dict]) -> str:
     out = [f"SGEMM {rows[0]['size']}^3 on the emulator ({rows[0]['threads']:,} threads), "
            f"median of repeats (min..max), {os.cpu_count()} CPUs, load average "
            f"{load_average()}",
-           f"{'mode':<16}{'workers':>8}{'median ms':>11}{'min..max ms':>16}{'M threads/s':>13}"
+           f"{'mode':<27}{'workers':>8}{'median ms':>11}{'min..max ms':>16}{'M threads/s':>13}"
            f"{'vs fast':>9}{'speed-up':>10}{'cpu ms':>9}{'vs native':>11}"]
     for r in rows:
         spread = f"{r['min_s'] * 1e3:.1f}..{r['max_s'] * 1e3:.1f}"
         cpu = "-" if r["cpu_s"] is None else f"{r['cpu_s'] * 1e3:.1f}"
-        out.append(f"{r['mode']:<16}{r['workers']:>8}{r['median_s'] * 1e3:>11.1f}{spread:>16}"
+        out.append(f"{r['mode']:<27}{r['workers']:>8}{r['median_s'] * 1e3:>11.1f}{spread:>16}"
                    f"{r['threads_per_s'] / 1e6:>13.2f}{r['overhead']:>8.2f}x"
                    f"{r['speedup']:>9.2f}x{cpu:>9}{r['vs_native']:>10.1f}x")
     return "\n".join(out)

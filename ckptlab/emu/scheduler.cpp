@@ -146,6 +146,11 @@ extern "C" __attribute__((used)) void emu_fiber_main() {
 // A thread that stops running (at a barrier, a warp operation, its end) hands the worker to the
 // next READY thread of this pass itself, or back to the scheduler when the pass is over: one
 // switch per thread and pass instead of two (a fault or a stop goes to the scheduler).
+// Before it switches it asks for the top of the stack of the thread after that one: its saved
+// registers and the frames it returns through, which left the cache since its last turn (a
+// block's stacks do not fit in L1) and would stall it once it runs (SGEMM 256^3 fast, one
+// worker: 80 -> 65-68 CPU ms, the first line to the fourth about equal, more lines no better).
+constexpr int kPrefetchLines = 4;
 void yield_fiber(Fiber* f) {
     Worker* w = worker_of(f);
     w->n_waiting += f->state == AT_BARRIER;
@@ -153,7 +158,13 @@ void yield_fiber(Fiber* f) {
     if (!g_stop) {
         Fiber* fib = w->fibers;
         for (int t = f->tid + 1; t < g_nthreads; ++t)
-            if (fib[t].state == READY) return switch_between(f, fib[t]);
+            if (fib[t].state == READY) {
+                if (t + 1 < g_nthreads) {
+                    const char* sp = static_cast<const char*>(fib[t + 1].sp);
+                    for (int i = 0; i < kPrefetchLines; ++i) __builtin_prefetch(sp + 64 * i, 1);
+                }
+                return switch_between(f, fib[t]);
+            }
     }
     switch_to_scheduler(f);
 }
