@@ -90,6 +90,17 @@ def _target(request):
 
 
 @pytest.fixture
+def ctrl_c_raises():
+    """Python's own Ctrl-C handler for the test: a process started with SIGINT ignored (a
+    background job of a shell, nohup under some shells) keeps it ignored, and a Ctrl-C that
+    reaches Python between launches would then raise nothing."""
+    import signal
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+@pytest.fixture
 def no_cuda_compiler(monkeypatch):
     """As on a machine with no CUDA compiler: measure.occupancy falls back to the tile table
     (its caches cleared before and after, so no record compiled elsewhere leaks in or out)."""

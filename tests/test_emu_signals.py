@@ -179,7 +179,8 @@ def short():
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_ctrl_c_reaching_another_thread_during_short_launches_is_not_lost(short, mode):
+def test_ctrl_c_reaching_another_thread_during_short_launches_is_not_lost(short, mode,
+                                                                         ctrl_c_raises):
     """SIGINT sent to a thread that is not the launching one, while the main thread makes short
     launches: each one ends as a KeyboardInterrupt in the main thread, promptly."""
     f = short.get_function("short_loop")

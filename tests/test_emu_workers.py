@@ -219,7 +219,7 @@ def test_shuffled_blocks_on_many_workers_run_each_block_once(mod):
     assert np.array_equal(out, np.repeat(np.arange(50), 16))
 
 
-def test_no_deadlock_in_200_short_launches_with_ctrl_c_among_them(mod):
+def test_no_deadlock_in_200_short_launches_with_ctrl_c_among_them(mod, ctrl_c_raises):
     """A helper thread sends SIGINT at a random moment into every tenth launch; each one must
     come back as exactly one KeyboardInterrupt (raised inside a launch or just after it), and
     nothing may hang."""
