@@ -11,13 +11,13 @@ from ckptlab.recompute import schedules
 MIB = 2**20
 
 
-def lab08_points():
-    """The points lab 08 draws: its GPT's profile, every schedule and the DP at five budgets."""
+def lab09_points():
+    """The points lab 09 draws: its GPT's profile, every schedule and the DP at five budgets."""
     import importlib.util
     from pathlib import Path
 
     path = Path(__file__).resolve().parent.parent / "labs" / "solutions" / \
-        "08_schedules_and_budgets.py"
+        "09_schedules_and_budgets.py"
     spec = importlib.util.spec_from_file_location("sol08", path)
     sol = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sol)
@@ -54,9 +54,9 @@ def test_the_check_sees_overlaps_and_clipping():
     assert "'revolve(2)' leaves the axes" in problems
 
 
-@pytest.mark.parametrize("points", [CROWDED, "lab08"], ids=["crowded", "lab08"])
+@pytest.mark.parametrize("points", [CROWDED, "lab09"], ids=["crowded", "lab09"])
 def test_pareto_labels_neither_overlap_nor_clip(points, tmp_path):
-    points = lab08_points() if points == "lab08" else points
+    points = lab09_points() if points == "lab09" else points
     fig = plots.plot_pareto(points, path=tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 5000
     assert figure.label_problems(fig) == []
