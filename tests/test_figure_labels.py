@@ -11,13 +11,13 @@ from ckptlab.recompute import schedules
 MIB = 2**20
 
 
-def lab08_points():
-    """The points lab 08 draws: its GPT's profile, every schedule and the DP at five budgets."""
+def lab09_points():
+    """The points lab 09 draws: its GPT's profile, every schedule and the DP at five budgets."""
     import importlib.util
     from pathlib import Path
 
     path = Path(__file__).resolve().parent.parent / "labs" / "solutions" / \
-        "08_schedules_and_budgets.py"
+        "09_schedules_and_budgets.py"
     spec = importlib.util.spec_from_file_location("sol08", path)
     sol = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sol)
@@ -54,9 +54,9 @@ def test_the_check_sees_overlaps_and_clipping():
     assert "'revolve(2)' leaves the axes" in problems
 
 
-@pytest.mark.parametrize("points", [CROWDED, "lab08"], ids=["crowded", "lab08"])
+@pytest.mark.parametrize("points", [CROWDED, "lab09"], ids=["crowded", "lab09"])
 def test_pareto_labels_neither_overlap_nor_clip(points, tmp_path):
-    points = lab08_points() if points == "lab08" else points
+    points = lab09_points() if points == "lab09" else points
     fig = plots.plot_pareto(points, path=tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 5000
     assert figure.label_problems(fig) == []
@@ -143,3 +143,60 @@ def test_units_are_micro_seconds_and_mebibytes_with_plain_ticks():
     from ckptlab.cli.report import fmt_bytes, fmt_seconds
 
     assert fmt_bytes(48.5 * MIB) == "48.5 MiB" and fmt_seconds(3e-6) == "3 µs"
+
+
+# GPT-3 175B on an H100 as lab 12 draws it (held GiB, modeled step s): points far apart on a log
+# axis, three at nearly the same time, under a two-line title.
+GIB = 2**30
+OFFLOAD = [dict(name="recompute none", peak_bytes=256.5 * GIB, seconds=2.220),
+           dict(name="recompute selective", peak_bytes=76.5 * GIB, seconds=2.240),
+           dict(name="recompute full", peak_bytes=4.5 * GIB, seconds=2.960),
+           dict(name="offload, PCIe 4", peak_bytes=9.8 * GIB, seconds=17.18),
+           dict(name="offload, PCIe 5", peak_bytes=9.8 * GIB, seconds=8.59),
+           dict(name="offload, C2C", peak_bytes=9.8 * GIB, seconds=2.220)]
+
+
+def test_leader_lines_end_at_their_points():
+    """Each label's line runs from the label to its own point: no line ends in empty space (a
+    retry of the placement once joined labels to where they stood before it), and none is
+    left over from an earlier pass."""
+    fig = plots.plot_memory_vs_time(OFFLOAD, device="H100 (modeled)", log_memory=True,
+                                    title="GPT-3 175B: offload over NVLink-C2C hides behind "
+                                    "compute; over PCIe it costs more than full recompute")
+    ax = fig.axes[0]
+    assert figure.label_problems(fig) == []
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    points = {p["name"]: ax.transData.transform((p["seconds"], p["peak_bytes"] / GIB))
+              for p in OFFLOAD}
+    lines = [p for p in ax.patches if type(p).__name__ == "FancyArrowPatch"]
+    assert len(lines) <= len(OFFLOAD)
+    ends = [ax.transData.transform(line.get_path().vertices[[0, -1]]) for line in lines]
+    for text in ax.texts:
+        box = text.get_window_extent(renderer).expanded(1.0, 1.0)
+        point = points[text.get_text()]
+        near = np.hypot(point[0] - np.clip(point[0], box.x0, box.x1),
+                        point[1] - np.clip(point[1], box.y0, box.y1)) < 12  # px
+        joined = any(min(np.hypot(*(e - point)) for e in pair) < 6 and
+                     min(np.hypot(*(e - np.array([np.clip(e[0], box.x0, box.x1),
+                                                   np.clip(e[1], box.y0, box.y1)])))
+                         for e in pair) < 6 for pair in ends)
+        assert near or joined, f"{text.get_text()!r} is neither at its point nor joined to it"
+
+
+def test_gain_bands_are_in_the_legend():
+    """Lab 10's recompute gain against d: each shaded band (unique to counted bytes) is named
+    in the legend beside its line."""
+    ds = [16, 32, 64, 128]
+    gains = {"A100 fp32": ([0.83, 0.86, 0.86, 0.86], [0.83, 0.86, 0.86, 1.0]),
+             "A100 bf16": ([5.2, 2.8, 1.46, 0.94], [2.08, 1.59, 1.29, 1.07])}
+    fig = plots.plot_gain_vs_d(ds, gains)
+    ax = fig.axes[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    for label in gains:
+        assert f"{label}: unique to counted bytes" in legend and f"{label} (unique bytes)" in legend
+    bands = [c for c in ax.collections if c.get_label() in legend]
+    assert len(bands) == 2
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "32", "64", "128"]
+    with pytest.raises(ValueError, match="expected 4 values"):
+        plots.plot_gain_vs_d(ds, {"x": ([1, 2], [1, 2])})

@@ -25,11 +25,11 @@ PLOTTING = re.compile(r"(?<![\w.])(?:\w+\.)*(plot_\w+|Figure|subplots)\(")
 
 
 def test_the_labs_are_numbered_and_listed():
-    """Labs 01-08 at least, one notebook per number (labs are added, e.g. 10 before 09), each
-    with a line in the README's table and in labs/README.md's."""
+    """Labs 01-12, one notebook per number, each with a line in the README's table and in
+    labs/README.md's."""
     numbers = [p.name[:2] for p in NOTEBOOKS]
     assert len(set(numbers)) == len(numbers), NOTEBOOKS
-    assert {f"{i:02d}" for i in range(1, 9)} <= set(numbers), NOTEBOOKS
+    assert {f"{i:02d}" for i in range(1, 13)} <= set(numbers), NOTEBOOKS
     for readme in (LABS.parent / "README.md", LABS / "README.md"):
         text = readme.read_text()
         missing = [p.name for p in NOTEBOOKS if f"| `{p.name}` |" not in text]

@@ -1,4 +1,4 @@
-"""Checkers of labs/07_segment_checkpointing.ipynb, one function per exercise.
+"""Checkers of labs/07_dropout_and_determinism.ipynb, one function per exercise.
 
 The expected values come from ckptlab itself (the traffic models, the roofline, the float64
 reference), never typed in, so an exercise follows the kernels if they change.
@@ -6,41 +6,29 @@ reference), never typed in, so an exercise follows the kernels if they change.
 
 from __future__ import annotations
 
-from ckptlab.exercises.verdict import NOT_YET, Verdict, close, number, right, unanswered, wrong
-from ckptlab.recompute import schedules
+from ckptlab import rng
+from ckptlab.exercises.verdict import Verdict, close, exact
+from ckptlab.measure import traffic
 
 
-def least_memory_segments(answer, prof) -> Verdict:
-    """The number k of uniform checkpointed segments (schedules.uniform(L, k)) that gives the
-    chain profiled in `prof` the least predicted peak of saved bytes. Only a k with that least
-    peak is right (ties all are); any other is told the optimum and how far it is from it."""
-    L = prof.n_blocks
-    peaks = {k: schedules.uniform(L, k).predict(prof).peak_bytes for k in range(1, L + 1)}
-    least = min(peaks.values())
-    best = [k for k, p in peaks.items() if p == least]
-    if unanswered(answer):
-        return Verdict(NOT_YET)
-    got, bad = number(answer, "k")
-    if bad:
-        return bad
-    if got != int(got) or not 1 <= got <= L:
-        return wrong(f"k is a whole number of segments from 1 to L = {L}; you gave {answer!r}")
-    k = int(got)
-    if peaks[k] == least:
-        return right()
-    side = ("more segments: each recompute holds L / k blocks' activations at once" if k < best[0]
-            else "fewer segments: each one holds its input until the backward reaches it")
-    named = " or ".join(f"k = {b}" for b in best)
-    return wrong(f"k = {k} peaks at {peaks[k]:,} bytes, {peaks[k] / least - 1:.0%} above the "
-                  f"least, {least:,} bytes at {named}; the estimate sqrt(L a / x) only points "
-                  f"near it (segments of unequal length, the head): try {side}")
+def mask_bytes(answer, B: int = 64, H: int = 16, N: int = 1024) -> Verdict:
+    """Bytes a stored dropout mask of attention's P would take, kept as ckptlab's boolean keep
+    mask (rng.keep_mask), for (B, H, N, N)."""
+    per = rng.keep_mask(0, 0, (1,), 0.5).itemsize  # bytes per element of the mask it draws
+    want = B * H * N * N * per
+    return exact(answer, want, "the byte count", hints=[
+        (want * traffic.BYTES, "a keep mask is bool (1 byte per element), not fp32"),
+        (want / 8, "NumPy stores a bool in a byte, not a bit (a packed mask would be 1/8)"),
+    ], hint="the mask has P's shape (B, H, N, N)")
 
 
-def checkpoint_flops_ratio(answer, prof) -> Verdict:
-    """Hardware FLOPs / model FLOPs (= HFU / MFU) of one training step of the chain profiled in
-    `prof` under the sqrt schedule (every block checkpointed once)."""
-    pred = schedules.sqrt(prof.n_blocks).predict(prof)
-    return close(answer, pred.hardware_flops / pred.model_flops, "the ratio", 0.01, hints=[
-        (2.0, "the recompute is one more forward per block, not a forward and a backward"),
-        (1.5, "a backward costs about twice a forward, so a step is about three forwards"),
-    ], hint="hardware = model + one extra forward of the blocks; backward ~ 2 x forward")
+def deterministic_flops_ratio(answer, B: int = 64, H: int = 16, N: int = 1024,
+                              d: int = 64) -> Verdict:
+    """Hardware FLOPs of the deterministic flash backward over those of the atomic one (not
+    causal): what bitwise reproducibility costs in arithmetic."""
+    det, atomic = (traffic.totals(traffic.flash_backward_traffic(
+        B, H, N, N, d, deterministic=x))["flops"] for x in (True, False))
+    return close(answer, det / atomic, "the ratio", 0.01, hints=[
+        (1.0, "the deterministic dq kernel recomputes S and dP = dO V^T a second time"),
+    ], hint="atomic: 10 d FLOPs per (i, j) pair (S, dP, dV, dK, dQ); the deterministic path "
+            "does 8 d in dkdv, then S, dP and dQ again (6 d) in the dq kernel")

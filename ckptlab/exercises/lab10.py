@@ -1,64 +1,65 @@
-"""Checkers of labs/10_take_it_to_pytorch.ipynb, one function per exercise.
+"""Checkers of labs/10_tensor_cores.ipynb (tensor cores: when compute is free), one per exercise.
 
-The expected values come from ckptlab itself (a torch profile of the block, the schedules'
-predictions, the at_scale formulas), never typed in. This module imports PyTorch only inside
-the checker that runs a torch model, so that it loads without PyTorch.
+The expected values come from ckptlab itself (the traffic models of the fp32 and tensor-core
+kernels, the roofline's peaks), never typed in, so an exercise follows the kernels if they
+change.
 """
 
 from __future__ import annotations
 
-from ckptlab.exercises import lab08
-from ckptlab.exercises.verdict import NOT_YET, Verdict, exact, unanswered, wrong
-from ckptlab.measure import at_scale
+from ckptlab.exercises.verdict import Verdict, close, exact
+from ckptlab.measure import traffic, traffic_tc
 
 
-def mlp_block_saved_bytes(answer, B: int, D: int) -> Verdict:
-    """Bytes one block of the torch MLP (ckptlab.torch.nets.MLPBlock: width D, hidden 4D,
-    dropout 0.1) saves for its backward on a CPU, for B rows of fp32 input that want a
-    gradient, as autograd's saved_tensors_hooks count it (by storage, parameters excluded)."""
-    if unanswered(answer):
-        return Verdict(NOT_YET)
-    try:
-        import torch
-
-        from ckptlab.torch import nets, profile
-    except ImportError as e:
-        return wrong(f"this checker measures the block in PyTorch, which is missing ({e})")
-    torch.manual_seed(0)
-    x = torch.randn(B, D, requires_grad=True)
-    want = sum(profile([nets.MLPBlock(D, 4 * D, 0.1)], x).stages[0].saved.values())
-    f = 4  # bytes per fp32 value
+def wmma_gemm_bytes(answer, M: int, N: int, K: int) -> Verdict:
+    """Counted HBM bytes of kernels/wmma_gemm.cu with bf16 inputs (C = A B, A (M, K),
+    B (K, N), C (M, N) fp32), one launch."""
+    want = traffic.wmma_gemm(M, N, K, "__nv_bfloat16").bytes
+    fp32 = traffic.sgemm_tiled(M, N, K).bytes
+    all2 = want - 2 * M * N
+    once = 2 * (M * K + K * N) + 4 * M * N
     return exact(answer, want, "the byte count", hints=[
-        (f * B * D + f * B * 4 * D + B * D,
-         "on the CPU torch's dropout multiplies by a float noise tensor (1/(1-p) or 0) and "
-         "keeps that, 4 bytes per element, not a 1-byte mask"),
-        (f * B * D + 2 * f * B * 4 * D + f * B * D,
-         "relu's output is saved by relu and by the second matmul: one storage, counted once"),
-        (f * B * 4 * D + f * B * D,
-         "the first matmul keeps its input x to compute the weight's gradient"),
-    ], hint="list what each op needs for its backward: matmul its input, relu its output, "
-            "dropout its mask")
+        (fp32, "that is the fp32 SGEMM's count: A and B are bf16 here, 2 bytes an element"),
+        (all2, "C is accumulated and written in fp32: 4 bytes an element"),
+        (once, "each block loads its own tiles: A is read once per 16-column tile of C, "
+               "B once per 16-row tile"),
+    ], hint="the same tiling as sgemm_tiled.cu, with 2-byte inputs")
 
 
-def schedule_for_budget(answer, prof, fraction: float = 0.4) -> Verdict:
-    """As in lab 08, on the torch GPT's profile: a schedule (spec, Schedule or plan; not
-    optimal(...)) whose predicted peak fits `fraction` of the no-checkpointing peak and which
-    recomputes fewer FLOPs than sqrt."""
-    return lab08.schedule_for_budget(answer, prof, fraction)
+def _flash_bytes(B, H, N, d, tc: bool) -> int:
+    if tc:
+        runs = traffic_tc.tc_launches("flash", B, H, N, N, d, deterministic=True)
+    else:
+        runs = (traffic.flash_forward_traffic(B, H, N, N, d)
+                + traffic.flash_backward_traffic(B, H, N, N, d, deterministic=True))
+    return traffic.totals(runs)["bytes"]
 
 
-def tp_bytes_per_gpu(answer, s: int, b: int, h: int, a: int, t: int) -> Verdict:
-    """Bytes one transformer layer holds for its backward on each GPU of a tensor-parallel
-    group of t, without sequence parallelism and without recompute (Korthikanti et al.,
-    16-bit activations)."""
-    want = at_scale.layer_activation_bytes(s, b, h, a, "none", t)
-    return exact(answer, want, "the byte count", hints=[
-        (at_scale.layer_activation_bytes(s, b, h, a, "none", t, sp=True),
-         "that divides everything by t, the LayerNorm and block inputs and the dropout masks "
-         "too: that is with sequence parallelism; tensor parallelism alone replicates them"),
-        (at_scale.layer_activation_bytes(s, b, h, a, "none"),
-         "that is one GPU without parallelism: t GPUs split Q, K, V, the attention core and "
-         "the MLP's 4h activations"),
-        (at_scale.layer_activation_bytes(s, b, h, a, "selective", t),
-         "that leaves out the attention core's 5 a s^2 b / t bytes (softmax, dropout)"),
-    ], hint="s b h (10 + 24/t + 5 a s / (h t))")
+def bf16_bytes_ratio(answer, B: int = 1, H: int = 1, N: int = 1024, d: int = 64) -> Verdict:
+    """HBM bytes of the bf16 flash pair over the fp32 flash pair's, forward + deterministic
+    backward (no atomics), not causal, at the same tiles."""
+    want = _flash_bytes(B, H, N, d, True) / _flash_bytes(B, H, N, d, False)
+    return close(answer, want, "the ratio", 0.001, hints=[
+        (0.5, "not exactly half: L and D (one float per query row) stay fp32"),
+        (0.25, "only the element size changes (4 -> 2 bytes), not the number of reads"),
+    ], hint="sum each pair's bytes launch by launch: 2-byte Q, K, V, O, dO, gradients, "
+            "4-byte L and D")
+
+
+def flash_intensity(answer, B: int = 1, H: int = 1, N: int = 1024, d: int = 64) -> Verdict:
+    """Arithmetic intensity (hardware FLOPs per HBM byte) of the bf16 flash pair on tensor
+    cores, forward + deterministic backward, not causal: what decides, against a GPU's ridge,
+    whether its recomputed FLOPs cost time."""
+    runs = traffic_tc.tc_launches("flash", B, H, N, N, d, deterministic=True)
+    tot = traffic.totals(runs)
+    want = tot["flops"] / tot["bytes"]
+    fp32 = traffic.totals(traffic.flash_forward_traffic(B, H, N, N, d)
+                          + traffic.flash_backward_traffic(B, H, N, N, d, deterministic=True))
+    useful = (traffic.model_flops(B, H, N, N, d)
+              + traffic.model_flops(B, H, N, N, d, backward=True)) / tot["bytes"]
+    return close(answer, want, "the intensity", 0.02, hints=[
+        (fp32["flops"] / fp32["bytes"], "that is the fp32 pair's: the bf16 one moves half the "
+                                        "bytes for the same FLOPs"),
+        (useful, "count the FLOPs the kernels execute (hardware FLOPs): the backward recomputes "
+                 "S, and the deterministic dQ kernel S and dP once more"),
+    ], hint="hardware FLOPs over bytes of every launch (forward, preprocess, dK/dV, dQ)")

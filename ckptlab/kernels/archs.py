@@ -169,8 +169,13 @@ def dtype_refusal(dtype: str, arch) -> str | None:
 
 def tc_dtype(arch) -> str:
     """The 16-bit dtype for the tensor-core kernels on `arch`: bfloat16 where its wmma runs
-    (sm_80 and newer), else float16 (a T4)."""
-    return "bfloat16" if arch_number(arch) >= WMMA_MIN_ARCH["__nv_bfloat16"] else "float16"
+    (sm_80 and newer, 'sm_100' too; None, the emulator, runs every type), else float16 (a T4).
+    The labs call it with current_arch()."""
+    if arch is None:
+        return "bfloat16"
+    newer = re.fullmatch(r"sm_(\d{3})[af]?", str(arch))  # sm_100, sm_120: past ARCHS
+    n = int(newer[1]) if newer else arch_number(arch)
+    return "bfloat16" if n >= WMMA_MIN_ARCH["__nv_bfloat16"] else "float16"
 
 
 def current_arch() -> str | None:

@@ -156,17 +156,24 @@ def label_points(ax, xs, ys, names, *, fontsize: int = 8) -> list:
     that moved away to its point. Returns the Text objects."""
     from adjustText import adjust_text
 
+    xs, ys = np.asarray(xs, float), np.asarray(ys, float)
     texts = [ax.text(x, y, str(n), fontsize=fontsize) for x, y, n in zip(xs, ys, names,
                                                                         strict=True)]
     ax.figure.canvas.draw()  # final limits and a renderer, before measuring text
+    lines: list = []
     for k, expand in enumerate(((1.1, 1.3), (1.2, 1.5), (1.3, 1.8))):  # wider until clean
         if k and not label_problems(ax.figure):  # the first pass moves labels off the points
             break
+        for line in lines:  # each pass draws its own lines, from where it leaves the labels
+            line.remove()
         legend = ax.get_legend()
-        adjust_text(texts, ax=ax, x=np.asarray(xs, float), y=np.asarray(ys, float),
-                    objects=[legend] if legend is not None else None,
-                    ensure_inside_axes=True, expand=expand, force_text=(0.3, 0.5),
-                    iter_lim=2000, arrowprops=dict(arrowstyle="-", color="0.55", lw=0.6))
+        # target_x/y: each line ends at its point (by default adjustText joins a label to
+        # where the text stood before this pass)
+        _, lines = adjust_text(texts, ax=ax, x=xs, y=ys, target_x=xs, target_y=ys,
+                               objects=[legend] if legend is not None else None,
+                               ensure_inside_axes=True, expand=expand, force_text=(0.3, 0.5),
+                               iter_lim=2000,
+                               arrowprops=dict(arrowstyle="-", color="0.55", lw=0.6))
     return texts
 
 

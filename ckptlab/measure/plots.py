@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 from matplotlib.patches import Patch
+from matplotlib.ticker import NullLocator
 
 from ckptlab.measure import roofline
 from ckptlab.measure.figure import (  # noqa: F401  (public here too: plots is the labs' entry)
@@ -169,6 +170,30 @@ def _bytes_takeaway(n, ys: dict, methods: list) -> str:
             return f"{hi} moves {r} the HBM bytes of {lo} at N={int(n[k])} ({source})"
     return "HBM traffic against N"
 
+
+
+def plot_gain_vs_d(ds, gains: dict, *, title="above 1: recomputing S wins", path=None):
+    """The recompute gain (stored time / flash time) against the head dim d: gains[label] =
+    (per d from unique bytes, per d from counted), the two bounds of one modeled time. A line
+    at the unique bound and a shaded band to the counted one, one colour per label, both in
+    the legend; a grey line at 1 (above it recomputing wins)."""
+    ds = _positive("ds", ds)
+    if not isinstance(gains, dict) or not gains:
+        raise ValueError(f"gains: expected a dict label -> (unique, counted), got {gains!r}")
+    fig, ax = _new_axes()
+    for k, (label, (unique, counted)) in enumerate(gains.items()):
+        lo = _series(f"gains[{label!r}] unique", unique, len(ds))
+        hi = _series(f"gains[{label!r}] counted", counted, len(ds))
+        ax.plot(ds, lo, "o-", color=f"C{k}", label=f"{label} (unique bytes)")
+        ax.fill_between(ds, np.minimum(lo, hi), np.maximum(lo, hi), color=f"C{k}", alpha=0.2,
+                        label=f"{label}: unique to counted bytes")
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ds, [f"{d:g}" for d in ds])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set(xlabel="head dim d", ylabel="recompute gain, stored / flash")
+    ax.legend(fontsize=8)
+    return _finish(fig, ax, title, path)
 
 def plot_roofline(kernels, device, *, dtype="fp32", title=None, path=None):
     """The roofline of `device` (a roofline.SPECS name or alias) with each kernel placed at its

@@ -1,4 +1,4 @@
-"""Worked solutions of labs/11_at_scale.ipynb (try the exercises first).
+"""Worked solutions of labs/12_at_scale.ipynb (try the exercises first).
 tests/test_exercises.py holds them to ckptlab's checkers."""
 
 from ckptlab.measure import step_memory as sm

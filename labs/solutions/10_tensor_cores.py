@@ -1,4 +1,4 @@
-"""Worked solutions of labs/09_tensor_cores.ipynb, derived by hand from the headers of
+"""Worked solutions of labs/10_tensor_cores.ipynb, derived by hand from the headers of
 kernels/wmma_gemm.cu and kernels/attn_flash_*.cu (try the exercises first).
 tests/test_exercises.py holds them to ckptlab's checkers."""
 

@@ -1,0 +1,43 @@
+"""Checkers of labs/12_at_scale.ipynb, one function per exercise.
+
+The expected values come from ckptlab itself (Korthikanti et al.'s formula in
+ckptlab.measure.at_scale, the step model in ckptlab.measure.step_memory), never typed in.
+"""
+
+from __future__ import annotations
+
+from ckptlab.exercises.verdict import Verdict, close, exact
+from ckptlab.measure import at_scale
+from ckptlab.measure import step_memory as sm
+
+
+def korthikanti_bytes(answer, s: int, b: int, h: int, a: int) -> Verdict:
+    """Bytes of activations one transformer layer holds for its backward with no recompute
+    (Korthikanti et al. 2022, 16-bit): sequence s, micro-batch b, hidden h, a heads."""
+    want = at_scale.layer_activation_bytes(s, b, h, a, "none")
+    return exact(answer, want, "the byte count", hints=[
+        (at_scale.layer_activation_bytes(s, b, h, a, "selective"),
+         "that leaves out the attention core's 5 a s^2 b bytes (the softmax output, the "
+         "dropout mask and the dropout output)"),
+    ], hint="s b h (34 + 5 a s / h)")
+
+
+def selective_saving(answer, s: int, b: int, h: int, a: int) -> Verdict:
+    """The fraction of one layer's activation bytes that selective recompute (of the attention
+    core) saves against none: 1 - selective / none."""
+    want = 1 - (at_scale.layer_activation_bytes(s, b, h, a, "selective")
+                / at_scale.layer_activation_bytes(s, b, h, a, "none"))
+    return close(answer, want, "the fraction", 0.01, hints=[
+        (100 * want, "a fraction, not a percentage"),
+    ], hint="the saved part is 5 a s / h out of 34 + 5 a s / h")
+
+
+def zero3_state_bytes(answer, params: int, gpus: int) -> Verdict:
+    """Bytes of model states (16-bit weights and gradients, fp32 master weights and Adam
+    moments: ZeRO's 16 bytes a parameter) each of `gpus` GPUs holds under ZeRO-3 / FSDP."""
+    want = sum(sm.model_states(params, "bf16", gpus, 3).values())
+    return close(answer, want, "the bytes per GPU", 0.001, hints=[
+        (16 * params, "that is the whole model's states: ZeRO-3 splits them over the GPUs"),
+        (2 * params / gpus, "that is the 16-bit weights only: count the gradients (2 bytes), "
+                            "the fp32 master copy, momentum and variance (12) too"),
+    ], hint="(2 + 2 + 12) bytes a parameter, divided over the GPUs")
