@@ -164,13 +164,28 @@ def test_runaway_kernel_is_stopped_by_the_watchdog(mod):
     assert err.kind == "watchdog"
 
 
-def test_ctrl_c_interrupts_a_launch(mod):
+def test_ctrl_c_interrupts_a_launch(mod, ctrl_c_raises):
     main = threading.get_ident()
     timer = threading.Timer(0.3, lambda: signal.pthread_kill(main, signal.SIGINT))
     timer.start()
     with pytest.raises(KeyboardInterrupt, match="interrupted"):
         mod.get_function("spin_forever")((1,), (1,), (np.zeros(1, np.int32),))
     timer.join()
+    healthy_still_runs(mod)
+
+
+def test_a_process_that_ignores_ctrl_c_keeps_ignoring_it_in_a_launch(mod):
+    main = threading.get_ident()
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        timer = threading.Timer(0.2, lambda: signal.pthread_kill(main, signal.SIGINT))
+        timer.start()
+        with emu.settings(watchdog_s=1.0), pytest.raises(emu.EmuError, match="watchdog"):
+            mod.get_function("spin_forever")((1,), (1,), (np.zeros(1, np.int32),))
+        timer.join()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
     healthy_still_runs(mod)
 
 

@@ -37,6 +37,7 @@ MALLOC_LOOP = r"""
 import signal, threading, time
 import numpy as np
 from ckptlab import emu
+signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with it ignored
 src = '#include <cstdlib>\nextern "C" __global__ void k(float* o) {' \
       ' for (;;) { void* p = malloc(100000); if (!p) break; free(p); } }\n' \
       'extern "C" __global__ void ok(float* o) { o[threadIdx.x] = 1.0f; }'

@@ -344,7 +344,13 @@ void install_signals(int watchdog_ms) {
     sa.sa_sigaction = on_signal;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < kNSignals; ++i) sigaction(kSignals[i], &sa, &g_old[i]);
+    for (int i = 0; i < kNSignals; ++i) {
+        // A process that ignores Ctrl-C (started with SIGINT ignored, or that chose to) keeps
+        // ignoring it during a launch: the kernel is not stopped.
+        sigaction(kSignals[i], nullptr, &g_old[i]);
+        if (kSignals[i] == SIGINT && g_old[i].sa_handler == SIG_IGN) continue;
+        sigaction(kSignals[i], &sa, nullptr);
+    }
     sigaction(kTickSignal, &sa, &g_old_tick);
     struct sigevent sev{};
     sev.sigev_notify = SIGEV_THREAD_ID;
