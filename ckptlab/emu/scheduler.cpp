@@ -149,7 +149,7 @@ extern "C" __attribute__((used)) void emu_fiber_main() {
 // Before it switches it asks for the top of the stack of the thread after that one: its saved
 // registers and the frames it returns through, which left the cache since its last turn (a
 // block's stacks do not fit in L1) and would stall it once it runs (SGEMM 256^3 fast, one
-// worker: 80 -> 65-68 CPU ms, the first line to the fourth about equal, more lines no better).
+// worker: 80 -> 65-68 CPU ms, 2 to 6 lines about equal, 8 and 12 slower).
 constexpr int kPrefetchLines = 4;
 void yield_fiber(Fiber* f) {
     Worker* w = worker_of(f);
