@@ -18,7 +18,6 @@
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
 #include <cstdarg>
 
 // ---- where things are: the module's code and data, the runtime's own ----------------------------
@@ -335,8 +334,7 @@ void record_pending_fault(Worker* w) {
     }
 }
 
-void install_signals(int watchdog_ms) {
-    (void)watchdog_ms;
+void install_signals(int /* watchdog_ms, unused */) {
     g_launch_tid = gettid_();
     pthread_sigmask(SIG_SETMASK, nullptr, &g_launch_mask);
     g_fast_ticks = false;
@@ -344,12 +342,9 @@ void install_signals(int watchdog_ms) {
     sa.sa_sigaction = on_signal;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < kNSignals; ++i) {
-        // A process that ignores Ctrl-C (started with SIGINT ignored, or that chose to) keeps
-        // ignoring it during a launch: the kernel is not stopped.
+    for (int i = 0; i < kNSignals; ++i) {  // a process that ignores Ctrl-C keeps ignoring it
         sigaction(kSignals[i], nullptr, &g_old[i]);
-        if (kSignals[i] == SIGINT && g_old[i].sa_handler == SIG_IGN) continue;
-        sigaction(kSignals[i], &sa, nullptr);
+        if (kSignals[i] != SIGINT || g_old[i].sa_handler != SIG_IGN) sigaction(kSignals[i], &sa, 0);
     }
     sigaction(kTickSignal, &sa, &g_old_tick);
     struct sigevent sev{};
