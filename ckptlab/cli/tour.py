@@ -1,7 +1,8 @@
-"""The main job: `python -m ckptlab tour`. On the emulator it takes 37 s of CPU time (measured:
-35 s user + 2 s system, kernels already compiled), which is its wall time on a free core; the
-first run also compiles the kernels, and a busy machine stretches the wall time (206 s with the
-2 cores shared by a dozen other jobs).
+"""The main job: `python -m ckptlab tour`. On the emulator it takes 26 s of CPU time (measured:
+24.5 s user + 1.4 s system, kernels already compiled) and 20 s of wall time on an idle 2-core
+machine (a launch's blocks run on both cores); the first run also compiles the kernels (34 s),
+and a busy machine stretches the wall time (206 s with the 2 cores shared by a dozen other
+jobs).
 
 Three parts, each printed as a table and written as CSV, with the figures as PNG, to --out:
 
@@ -41,7 +42,7 @@ from ckptlab.measure import plots, roofline, timemodel
 from ckptlab.recompute import ledger, schedules
 
 # per target: the sweep of N and the (B, H, d) of every run. Emulator: every byte counted; N=1024
-# costs ~5 s for both methods on 2 cores, the whole tour ~12 s (~35 s with N=2048, which took
+# costs ~3 s for the three methods on 2 cores, the whole sweep ~6 s (~35 s with N=2048, which took
 # 166 s with both cores contended, hence 1024). GPU: 16 heads up to N=4096, ~0.2-0.5 TFLOP per
 # forward + backward (naive holds 3 N x N matrices at once there: 3.2 GB).
 SIZES = {
