@@ -1,5 +1,5 @@
-"""Checkers that used to accept wrong answers, or blame the wrong thing (issue: the labs as a
-learner finds them, items 9-11 and 14): each wrong answer is now wrong, for its own reason."""
+"""Checkers that used to accept wrong answers, or blame the wrong thing: each wrong answer is
+now wrong, for its own reason."""
 
 import importlib.util
 from pathlib import Path

@@ -81,7 +81,7 @@ def test_collecting_every_file_builds_nothing_on_a_detected_gpu():
 
 
 def test_a_detected_gpu_does_not_change_the_checkpoint_tests():
-    """The file whose weights were made at import (issue 16, defect 6) passes with a GPU
+    """The file whose weights were once made at import passes with a GPU
     detected and every CuPy use refused: its data is made on the emulator, in a fixture."""
     p = run_pytest(["-q", "tests/test_checkpoint.py"], force_cuda=True)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
