@@ -35,8 +35,14 @@ from ckptlab.torch import dist as cdist
 from ckptlab.torch import nets
 from ckptlab.torch import tensor_parallel as tp
 from ckptlab.torch.ledger import TorchLedger
-from ckptlab.torch.schedule import make_schedule
-from ckptlab.torch.training import TOLERANCE, Config, loss_mismatches, loss_table
+from ckptlab.torch.training import (
+    TOLERANCE,
+    Config,
+    loss_mismatches,
+    loss_table,
+    rank_inputs,
+    scheduled_gpt,
+)
 
 
 def train(rank: int, nproc: int, cfg: Config, ddp: bool = True) -> dict:
@@ -49,19 +55,9 @@ def train(rank: int, nproc: int, cfg: Config, ddp: bool = True) -> dict:
 
 
 def _train(rank: int, nproc: int, cfg: Config, ddp: bool) -> dict:
-    if cfg.batch % nproc:
-        raise ValueError(f"batch {cfg.batch} must be divisible by nproc {nproc}")
     dev = cdist.device_of(rank) if ddp else torch.device("cpu")
-    g = torch.Generator().manual_seed(cfg.seed + 1)  # one global batch, the same everywhere
-    tokens = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq + 1), generator=g)
-    n = cfg.batch // nproc
-    local = tokens[rank * n:(rank + 1) * n].to(dev)
-    x, y = local[:, :-1].contiguous(), local[:, 1:].contiguous()
-    model = nets.GPT(vocab=cfg.vocab, ctx=cfg.seq, width=cfg.width, heads=cfg.heads,
-                     layers=cfg.layers, attn=cfg.attn, seed=cfg.seed).to(dev)
-    prof = model.profile(x, y)
-    model.schedule = make_schedule(cfg.schedule, cfg.layers, prof)
-    predicted = model.schedule.predict(prof).peak_bytes
+    x, y = rank_inputs(cfg, rank, nproc, dev)
+    model, predicted = scheduled_gpt(cfg, dev, x, y)
     net = DistributedDataParallel(model) if ddp else model
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
     losses, peaks = [], []
@@ -188,13 +184,10 @@ def parse(argv) -> tuple[int, Config, bool]:
 def _plan(cfg: Config):
     """The schedule for the one-process model on the whole batch (what the reference runs):
     ValueError if the spec does not parse or fit."""
-    g = torch.Generator().manual_seed(cfg.seed + 1)
-    tokens = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq + 1), generator=g)
-    model = nets.GPT(vocab=cfg.vocab, ctx=cfg.seq, width=cfg.width, heads=cfg.heads,
-                     layers=cfg.layers, attn=cfg.attn, seed=cfg.seed)
     with emu.settings(race_check=False):
-        prof = model.profile(tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
-    return make_schedule(cfg.schedule, cfg.layers, prof)
+        cpu = torch.device("cpu")
+        model, _ = scheduled_gpt(cfg, cpu, *rank_inputs(cfg, 0, 1, cpu))
+    return model.schedule
 
 
 def _main(argv) -> int:

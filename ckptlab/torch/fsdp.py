@@ -37,10 +37,15 @@ from torch.distributed.fsdp import fully_shard
 from ckptlab import emu
 from ckptlab.measure import step_memory
 from ckptlab.torch import dist as cdist
-from ckptlab.torch import nets
 from ckptlab.torch.ledger import TorchLedger, storage_of
-from ckptlab.torch.schedule import make_schedule
-from ckptlab.torch.training import TOLERANCE, Config, loss_mismatches, loss_table
+from ckptlab.torch.training import (
+    TOLERANCE,
+    Config,
+    loss_mismatches,
+    loss_table,
+    rank_inputs,
+    scheduled_gpt,
+)
 
 OPTIMIZERS = ("sgd", "adam")
 ADAM_LR = 1e-3  # Adam's default step size (Kingma & Ba 2015, Algorithm 1; torch.optim.Adam's)
@@ -102,20 +107,10 @@ def train(rank: int, nproc: int, cfg: Config, shard: bool = True,
 
 
 def _train(rank: int, nproc: int, cfg: Config, shard: bool, optimizer: str) -> dict:
-    if cfg.batch % nproc:
-        raise ValueError(f"batch {cfg.batch} must be divisible by nproc {nproc}")
     dev = cdist.device_of(rank) if shard else torch.device("cpu")
-    g = torch.Generator().manual_seed(cfg.seed + 1)
-    tokens = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq + 1), generator=g)
-    n = cfg.batch // nproc
-    local = tokens[rank * n:(rank + 1) * n].to(dev)
-    x, y = local[:, :-1].contiguous(), local[:, 1:].contiguous()
-    model = nets.GPT(vocab=cfg.vocab, ctx=cfg.seq, width=cfg.width, heads=cfg.heads,
-                     layers=cfg.layers, attn=cfg.attn, seed=cfg.seed).to(dev)
+    x, y = rank_inputs(cfg, rank, nproc, dev)
+    model, predicted = scheduled_gpt(cfg, dev, x, y)
     n_params = sum(p.numel() for p in model.parameters())
-    prof = model.profile(x, y)
-    model.schedule = make_schedule(cfg.schedule, cfg.layers, prof)
-    predicted = model.schedule.predict(prof).peak_bytes
     if shard:
         mesh = init_device_mesh(dev.type, (nproc,))
         for block in model.blocks:

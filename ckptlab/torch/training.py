@@ -1,11 +1,17 @@
 """What one training run of the demos is (ckptlab.torch.demo with DDP, ckptlab.torch.fsdp with
-FSDP2): the model, batch and schedule, and how close two runs' losses must be (one check and
-one table for both, so a loss that is not a finite number fails both)."""
+FSDP2): the model, each rank's share of the batch and the schedule, and how close two runs'
+losses must be (one check and one table for both, so a loss that is not a finite number fails
+both)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+import torch
+
+from ckptlab.torch import nets
+from ckptlab.torch.schedule import make_schedule
 
 # fp32 losses of the same model on the same batch, summed in another order (per-rank means,
 # averaged gradients): measured differences are ~1e-7 relative; 1e-5 leaves room for the steps
@@ -25,6 +31,32 @@ class Config:
     lr: float = 0.1
     attn: str = "flash"
     seed: int = 0
+
+
+def global_batch(cfg: Config):
+    """The token ids of one step, (batch, seq + 1): the same on every rank and in the
+    one-process reference run."""
+    g = torch.Generator().manual_seed(cfg.seed + 1)
+    return torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq + 1), generator=g)
+
+
+def rank_inputs(cfg: Config, rank: int, nproc: int, dev):
+    """Rank `rank`'s even share of the global batch on `dev`: inputs and next-token targets."""
+    if cfg.batch % nproc:
+        raise ValueError(f"batch {cfg.batch} must be divisible by nproc {nproc}")
+    n = cfg.batch // nproc
+    local = global_batch(cfg)[rank * n:(rank + 1) * n].to(dev)
+    return local[:, :-1].contiguous(), local[:, 1:].contiguous()
+
+
+def scheduled_gpt(cfg: Config, dev, x, y):
+    """The demos' GPT on `dev`, profiled on (x, y) and given cfg.schedule (ValueError if it
+    does not parse or fit): the model and the peak saved bytes its schedule predicts."""
+    model = nets.GPT(vocab=cfg.vocab, ctx=cfg.seq, width=cfg.width, heads=cfg.heads,
+                     layers=cfg.layers, attn=cfg.attn, seed=cfg.seed).to(dev)
+    prof = model.profile(x, y)
+    model.schedule = make_schedule(cfg.schedule, cfg.layers, prof)
+    return model, model.schedule.predict(prof).peak_bytes
 
 
 def loss_mismatches(losses, reference, who: str) -> list[str]:
