@@ -42,3 +42,18 @@ def test_bench_rows_carry_the_native_anchor_and_the_flash_pair():
     flash = bench_emu.run_flash(n=24, d=64, repeats=1)
     assert [r["mode"] for r in flash] == ["fast", "counted"]
     assert all(r["min_s"] <= r["median_s"] <= r["max_s"] and r["cpu_s"] > 0 for r in flash)
+
+
+def test_the_runtime_comparison_refuses_what_it_cannot_compare():
+    """bench/emu_ab.py: an unknown revision or no round is one line and exit 2, before any
+    worktree or build."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "emu_ab.py"
+    for argv, message in ((["no-such-revision"], "is not a revision of"),
+                          (["HEAD", "--rounds", "0"], "--rounds: at least 1")):
+        p = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 2 and message in p.stderr, p.stderr
