@@ -79,7 +79,7 @@ def mod():
 
 
 def test_an_index_into_the_next_argument_is_out_of_bounds_of_its_own(mod):
-    """The issue's reproducer: n = the distance between the two arrays, so a[n] is b[0] in the
+    """n = the distance between the two arrays, so a[n] is b[0] in the
     address space: reported as past the end of a, b unchanged, nothing counted against b."""
     buf = np.zeros(64, np.float32)
     a, b = buf[:32], buf[32:]  # adjacent in memory: a[32] is b[0]

@@ -32,7 +32,7 @@ def lab09_points():
     return out
 
 
-# The crowded cases the issue saw: labels on top of each other, one at the top, one at the edge.
+# Crowded cases: labels on top of each other, one at the top, one at the edge.
 CROWDED = [dict(name="none", peak_bytes=40 * MIB, recompute_flops=0),
            dict(name="every(2)", peak_bytes=20 * MIB, recompute_flops=1.0e9),
            dict(name="chen_greedy(25%)", peak_bytes=20.2 * MIB, recompute_flops=1.01e9),
