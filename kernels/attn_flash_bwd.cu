@@ -157,16 +157,25 @@ __global__ void __launch_bounds__(Bc * LANES) attn_flash_bwd_dkdv(const float* Q
             const int ii = lane + rr * LANES, i = q0 + ii;
             // S_ij: read back (stored; this thread's own entry of the staged tile), or
             // recomputed (flash): S_ij = scale q_i . k_j
+            // >>> flash_backward 1: S_ij, recomputed (flash), and P_ij = exp(S_ij - L_i)
             const float s = STORED ? Pds[ii][y] : scale * row_dot<Dt>(Qs[ii], Ks[y]);
-            const float dpd = row_dot_split<Dt>(dOs[ii], Vs[y]);  // (dO V^T)_ij
             const float p = visible(i, j, Nq, Nk, causal) ? expf(s - Ls[ii]) : 0.0f;  // P_ij = exp(S_ij - L_i)
+            // <<< flash_backward 1
+            // >>> dropout_backward 1: Z_ij / (1 - p) again, from (seed, offset)
             const float z = p > 0.0f ? dropout_factor(drop, (bh * Nq + i) * Nk + j) : 0.0f;
+            // <<< dropout_backward 1
+            // >>> flash_backward 2: dP_ij, then P_dropped and dS_ij into shared memory
+            const float dpd = row_dot_split<Dt>(dOs[ii], Vs[y]);  // (dO V^T)_ij
+            // >>> dropout_backward 2: where Z enters: P_dropped for dV, dP for dS
             Pds[ii][y] = p * z;
             dSs[ii][y] = p * (dpd * z - Ds[ii]);  // dS_ij = P_ij (dP_ij - D_i)
+            // <<< dropout_backward 2
+            // <<< flash_backward 2
         }
         __syncthreads();  // dK/dV read column y of P and dS (own row group), but dQ reads whole
                           // rows of dS written by every row group
 
+        // >>> flash_backward 3: dV_j += P_dropped^T dO and dK_j += dS^T Q over the tile
         for (int c = 0; c < Dt / LANES; ++c) {  // dV_j += P_dropped^T dO,  dK_j += dS^T Q
             const int col = lane + c * LANES;
             float sv = 0.0f, sk = 0.0f;
@@ -177,7 +186,9 @@ __global__ void __launch_bounds__(Bc * LANES) attn_flash_bwd_dkdv(const float* Q
             dv[c] += sv;
             dk[c] += sk;
         }
+        // <<< flash_backward 3
         if (!DETERMINISTIC) {  // dQ_i += scale * dS_ij K_j, rows ii = y, y + Bc, ... of this Q tile
+            // >>> flash_backward 4: dQ_i += scale * dS_ij K_j, into the dQ other blocks add to
             for (int ii = y; ii < Br; ii += Bc) {
                 if (q0 + ii >= Nq) break;
                 for (int c = 0; c < Dt / LANES; ++c) {
@@ -187,6 +198,7 @@ __global__ void __launch_bounds__(Bc * LANES) attn_flash_bwd_dkdv(const float* Q
                     if (col < d) atomicAdd(&dQ[(bh * Nq + q0 + ii) * d + col], scale * sq);
                 }
             }
+            // <<< flash_backward 4
         }
     }
 

@@ -86,12 +86,15 @@ __global__ void __launch_bounds__(Br * LANES) attn_flash_fwd(const float* Q, con
             const int jj = lane + c * LANES, j = k0 + jj;
             float dot = 0.0f;
             for (int k = 0; k < Dt; ++k) dot += Qs[r][k] * Ks[jj][k];
+            // >>> flash_forward 1: S_ij = scale * q_i . k_j where i sees j, else -inf
             const bool seen = visible(i, j, Nq, Nk, causal);
             s[c] = seen ? scale * dot : -INFINITY;
+            // <<< flash_forward 1
             // stored: S_ij to HBM once, from this register; the backward reads it back
             if (STORED && seen) S[(bh * Nq + i) * Nk + j] = s[c];
             m_tile = fmaxf(m_tile, s[c]);
         }
+        // >>> flash_forward 2: the online softmax: m, alpha, l, and this tile's P
         const float m_new = fmaxf(m, group_max<LANES>(m_tile));
         // while row i has seen no visible key m_new = -inf: subtract 0 so exp gives 0, not NaN
         const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
@@ -106,8 +109,10 @@ __global__ void __launch_bounds__(Br * LANES) attn_flash_fwd(const float* Q, con
         }
         l = alpha * l + group_sum<LANES>(l_tile);
         m = m_new;
+        // <<< flash_forward 2
         __syncwarp();  // row r of Ps was written by its own row group (one warp); now read it
 
+        // >>> flash_forward 3: rescale the accumulator and add this tile's P V
         // acc_i = alpha * acc_i + sum_j P_dropped_ij V_jc
         for (int c = 0; c < Dt / LANES; ++c) {
             const int col = lane + c * LANES;
@@ -115,14 +120,17 @@ __global__ void __launch_bounds__(Br * LANES) attn_flash_fwd(const float* Q, con
             for (int jj = 0; jj < Bc; ++jj) pv += Ps[r][jj] * Vs[jj][col];
             acc[c] = alpha * acc[c] + pv;
         }
+        // <<< flash_forward 3
     }
 
     if (i < Nq) {
+        // >>> flash_forward 4: O_i = acc_i / l_i and L_i = m_i + log l_i
         const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;  // a row that saw no key: O = 0
         for (int c = 0; c < Dt / LANES; ++c) {
             const int col = lane + c * LANES;
             if (col < d) O[(bh * Nq + i) * d + col] = acc[c] * inv_l;  // padded columns: not stored
         }
         if (lane == 0) L[bh * Nq + i] = l > 0.0f ? m + logf(l) : INFINITY;  // L_i = m_i + log l_i
+        // <<< flash_forward 4
     }
 }

@@ -62,9 +62,13 @@ extern "C" __global__ void attn_naive_bwd_ds(const float* P, const float* dP, fl
     if (i >= Nq) return;  // the whole warp leaves together: no shuffle is skipped
     const long long row = ((long long)blockIdx.y * Nq + i) * Nk;
     float D = 0.0f;
+    // >>> naive_ds 1: D_i = sum_j dP_ij P_ij, over the whole warp
     for (int j = lane; j < Nk; j += WARP) D += dP[row + j] * P[row + j];
     D = group_sum<WARP>(D);
+    // <<< naive_ds 1
+    // >>> naive_ds 2: dS_ij = P_ij (dP_ij - D_i) for this lane's keys
     for (int j = lane; j < Nk; j += WARP) dS[row + j] = P[row + j] * (dP[row + j] - D);
+    // <<< naive_ds 2
 }
 
 // dQ = scale * dS K.  grid (ceil(d/T), ceil(Nq/T), B*H), block (T, T): one dQ_ic per thread.

@@ -27,6 +27,7 @@ extern "C" __global__ void softmax_rows(const float* x, float* y, int R, int C) 
     if (r >= R) return;  // the whole warp leaves together: no barrier or shuffle is pending
     const float* xr = x + (size_t)r * C;
     float m = -INFINITY, l = 0.0f;
+    // >>> row_softmax 1: this lane's running (m, l) over its columns
     for (int c = lane; c < C; c += WARP) {
         const float v = xr[c];
         const float m_new = fmaxf(m, v);
@@ -35,6 +36,8 @@ extern "C" __global__ void softmax_rows(const float* x, float* y, int R, int C) 
         if (m_new > -INFINITY) l = l * __expf(m - m_new) + __expf(v - m_new);
         m = m_new;
     }
+    // <<< row_softmax 1
+    // >>> row_softmax 2: merge the 32 lanes' (m, l) with warp shuffles
     for (int offset = WARP / 2; offset > 0; offset /= 2) {  // merge (m, l) across lanes
         const float m_o = __shfl_xor_sync(FULL_MASK, m, offset);
         const float l_o = __shfl_xor_sync(FULL_MASK, l, offset);
@@ -44,6 +47,7 @@ extern "C" __global__ void softmax_rows(const float* x, float* y, int R, int C) 
             (m_o == -INFINITY ? 0.0f : l_o * __expf(m_o - m_new));
         m = m_new;
     }
+    // <<< row_softmax 2
     // a row of only -inf has no softmax: write 0 rather than NaN (as the attention kernels do)
     const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
     for (int c = lane; c < C; c += WARP)

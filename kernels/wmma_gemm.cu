@@ -69,19 +69,25 @@ __global__ void __launch_bounds__(WARP) wmma_gemm(const T* A, const T* B, float*
             Bs[k][c] = (k0 + k < K && col0 + c < N) ? B[(long long)(k0 + k) * N + col0 + c] : T(0.0f);
         }
         __syncwarp();  // every lane's part of the tiles is in shared memory before the warp loads
+        // >>> wmma_tile 1: the staged tiles As and Bs into the fragments a and b
         wmma::load_matrix_sync(a, &As[0][0], KT);
         wmma::load_matrix_sync(b, &Bs[0][0], T16);
+        // <<< wmma_tile 1
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
         if constexpr (KT == 8) {  // tf32: round each input (the same for every element)
             for (int i = 0; i < a.num_elements; ++i) a.x[i] = wmma::__float_to_tf32(a.x[i]);
             for (int i = 0; i < b.num_elements; ++i) b.x[i] = wmma::__float_to_tf32(b.x[i]);
         }
 #endif
+        // >>> wmma_tile 2: one tensor-core multiply-accumulate of the tile pair
         wmma::mma_sync(acc, a, b, acc);  // acc = A_tile B_tile + acc
+        // <<< wmma_tile 2
         __syncwarp();  // the loads are done before the next k-tile overwrites As and Bs
     }
 
+    // >>> wmma_tile 3: the accumulator out to the shared tile Cs
     wmma::store_matrix_sync(&Cs[0][0], acc, T16, wmma::mem_row_major);
+    // <<< wmma_tile 3
     __syncwarp();  // the whole C tile is in shared memory before lanes read other lanes' parts
     for (int e = lane; e < T16 * T16; e += WARP) {
         const int r = e / T16, c = e % T16;

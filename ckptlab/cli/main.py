@@ -16,6 +16,8 @@
     fig2                 the FlashAttention paper's Fig. 2 table (cli.fig2)
     plan                 a training run's memory per GPU: parallel layout, sharding and the
                          least recompute that fits, modeled (cli.plan)
+    exercise             the kernels you write: list, check NAME [--hint 2], reset, solution
+                         (cli.exercise)
 
 `--device` (anywhere on the line) forces the target; `cuda` without a GPU is an error. Each
 command's own options: `python -m ckptlab COMMAND --help`. Usage errors (an unknown command or
@@ -39,6 +41,7 @@ COMMANDS = {  # name -> module whose main(argv) runs it
     "kernels": "ckptlab.cli.kernels_report",
     "fig2": "ckptlab.cli.fig2",
     "plan": "ckptlab.cli.plan",
+    "exercise": "ckptlab.cli.exercise",
 }
 BENCHES = {
     "attention": "ckptlab.cli.bench_attention",

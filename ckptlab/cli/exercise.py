@@ -1,0 +1,75 @@
+"""The kernels a learner writes: `python -m ckptlab exercise list|check|reset|solution`.
+
+    exercise list                   every exercise, its lab, its file and whether it is attempted
+    exercise check NAME             build labs/exercises/NAME.cu, run it on every case of the
+                                    exercise (emulator: race and bounds checks on), compare with
+                                    float64, say what is wrong and where; once right, its bytes
+                                    beside the model's
+      --hint 2                      the second, more specific hint
+      --file PATH                   check another file (a copy, a GPU notebook's edit)
+    exercise reset NAME [--force]   the file back as shipped (--force over your work; a copy is
+                                    kept as NAME.cu.bak)
+    exercise solution NAME          the lines you write, as the lab's kernel has them (try first)
+
+Exit status of check: 0 right, 1 wrong (or does not build, or a fault), 3 not attempted;
+2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ckptlab.args import UsageError, one_line_errors
+
+STATUS = {"right": 0, "not attempted": 3}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m ckptlab exercise",
+                                description="Kernels you write: check, reset, see solutions.")
+    sub = p.add_subparsers(dest="action", required=True)
+    sub.add_parser("list", help="every exercise and its state")
+    c = sub.add_parser("check", help="build, run and check your kernel")
+    c.add_argument("name")
+    c.add_argument("--hint", type=int, choices=(1, 2), default=1,
+                   help="which hint a wrong answer gets (2: more specific)")
+    c.add_argument("--file", type=Path, help="check this file instead of labs/exercises/NAME.cu")
+    r = sub.add_parser("reset", help="the exercise file back as shipped")
+    r.add_argument("name")
+    r.add_argument("--force", action="store_true", help="replace a file with your work in it")
+    s = sub.add_parser("solution", help="the lines you write, from the lab's own kernel")
+    s.add_argument("name")
+    return p
+
+
+def main(argv=None) -> int:
+    with one_line_errors():
+        a = _parser().parse_args(argv)
+    from ckptlab.exercises import write
+
+    if getattr(a, "name", None) is not None and a.name not in write.EXERCISES:
+        raise UsageError(f"exercise: no exercise {a.name!r}; one of "
+                         f"{', '.join(write.EXERCISES)}")
+    if a.action == "list":
+        print(f"{'exercise':<18}{'lab':<5}{'file':<38}state")
+        for name, ex in write.EXERCISES.items():
+            print(f"{name:<18}{ex.lab:<5}{'labs/exercises/' + ex.learner_file.name:<38}"
+                  f"{write.status(name)}   {ex.title}")
+        return 0
+    if a.action == "solution":
+        print(write.solution(a.name))
+        return 0
+    if a.action == "reset":
+        try:
+            path = write.reset(a.name, force=a.force)
+        except FileExistsError as e:
+            raise UsageError(f"exercise reset: {e}".replace("reset(..., force=True)",
+                                                            "--force")) from None
+        print(f"{path}: as shipped")
+        return 0
+    if a.file is not None and not a.file.is_file():
+        raise UsageError(f"exercise check: --file {a.file} is not a file")
+    report = write.check(a.name, file=a.file, hint=a.hint)
+    print(report)
+    return STATUS.get(report.status, 1)

@@ -1,0 +1,83 @@
+"""Kernels the learner writes: each exercise is a real kernel of kernels/ with the lines that
+are its lesson cut out, in the learner's own file labs/exercises/<name>.cu.
+
+    from ckptlab.exercises import write
+    print(write.check("flash_forward"))          # builds, runs, compares, diagnoses
+    write.check("flash_forward", hint=2)         # the second, more specific hint
+    write.reset("flash_forward")                 # the file back as shipped
+
+`python -m ckptlab exercise list|check|reset|solution` is the same from a shell, and
+`pytest tests/test_my_kernels.py` checks every file that was attempted. The solution of each
+exercise is the kernel it was cut from (kernels/<file>.cu, the kernel the labs run);
+`solution(name)` shows just the lines a learner writes.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+from ckptlab import device
+from ckptlab.exercises.write import check as _check
+from ckptlab.exercises.write import regions
+from ckptlab.exercises.write.check import NOT_ATTEMPTED, RIGHT, WRONG, Report, shipped_text
+from ckptlab.exercises.write.flash import DROPOUT_BACKWARD, FLASH_BACKWARD, FLASH_FORWARD
+from ckptlab.exercises.write.rows import NAIVE_DS, NAIVE_SOFTMAX, ROW_SOFTMAX
+from ckptlab.exercises.write.spec import EXERCISE_DIR, Exercise
+from ckptlab.exercises.write.wmma import WMMA_TILE_EXERCISE
+
+EXERCISES = {ex.name: ex for ex in (ROW_SOFTMAX, NAIVE_SOFTMAX, NAIVE_DS, FLASH_FORWARD,
+                                    FLASH_BACKWARD, DROPOUT_BACKWARD, WMMA_TILE_EXERCISE)}
+
+__all__ = ["EXERCISES", "EXERCISE_DIR", "NOT_ATTEMPTED", "RIGHT", "WRONG", "Exercise", "Report",
+           "check", "get", "reset", "shipped_text", "solution", "status"]
+
+
+def get(name: str) -> Exercise:
+    if name not in EXERCISES:
+        raise KeyError(f"no exercise {name!r}; the exercises are: {', '.join(EXERCISES)}")
+    return EXERCISES[name]
+
+
+def check(name: str, file=None, hint: int = 1) -> Report:
+    """Build and check the learner's kernel for exercise `name` (labs/exercises/<name>.cu, or
+    `file`); `hint` 1 or 2 picks the grade of the hint a wrong answer gets."""
+    if hint not in (1, 2):
+        raise ValueError(f"hint must be 1 or 2, got {hint!r}")
+    return _check.check(get(name), file, hint)
+
+
+def status(name: str, file=None) -> str:
+    """'not attempted', 'attempted' or 'missing', from the file alone (nothing is built)."""
+    ex = get(name)
+    path = file or ex.learner_file
+    try:
+        text = open(path).read()
+    except FileNotFoundError:
+        return "missing"
+    return NOT_ATTEMPTED if regions.not_attempted(text, shipped_text(ex)) else "attempted"
+
+
+def reset(name: str, force: bool = False):
+    """Write labs/exercises/<name>.cu as shipped. A file with the learner's work in it is kept
+    as <name>.cu.bak first (and only with force=True is it replaced). Returns the path."""
+    ex = get(name)
+    path = ex.learner_file
+    if path.is_file() and status(name) == "attempted":
+        if not force:
+            raise FileExistsError(f"{path} holds your work; reset(..., force=True) replaces it "
+                                  f"(a copy is kept as {path.name}.bak)")
+        shutil.copyfile(path, path.with_name(path.name + ".bak"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(shipped_text(ex))
+    return path
+
+
+def solution(name: str) -> str:
+    """The lines a learner writes, step by step, as the kernel in kernels/ has them."""
+    ex = get(name)
+    source = (device.KERNELS_DIR / ex.kernel).read_text()
+    out = [f"exercise {name}: the solution is kernels/{ex.kernel}; the lines you write:"]
+    for step, title, lines in regions.solution_lines(source, name):
+        out.append(f"\nstep {step}: {title}")
+        out += lines
+    return "\n".join(out)

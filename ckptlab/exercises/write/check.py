@@ -1,0 +1,221 @@
+"""Check a learner's kernel: build it, run it on every case of its exercise (on the emulator with
+the race and bounds checks on), compare every output with float64, and say what is wrong, where,
+and why it might be; once it is right, its bytes beside the model's.
+
+    report = check("flash_forward")            # labs/exercises/flash_forward.cu
+    report = check("flash_forward", hint=2)    # the second, more specific hint
+    print(report); report.status               # "right", "wrong", "not attempted", ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ckptlab import device, emu
+from ckptlab.exercises.write import feedback, regions
+from ckptlab.exercises.write.diagnose import Failure, diagnose, mismatch
+from ckptlab.exercises.write.hints import hint as hint_for
+from ckptlab.kernels.common import poison_value
+
+RIGHT, WRONG, NOT_ATTEMPTED = "right", "wrong", "not attempted"
+NO_BUILD, FAULT, MISSING = "does not build", "fault", "missing"
+SENTINEL = 1.0e38  # an output poison no kernel computes: elements still holding it were unwritten
+
+
+@dataclass
+class Report:
+    """What the check found. `lines[0]` is the verdict line; the rest explain it."""
+
+    exercise: str
+    status: str
+    lines: list = field(default_factory=list)
+    finding: object = None  # diagnose.Finding, for a wrong result
+    pattern: str | None = None  # the hint key behind the message (also for faults)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == RIGHT
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines)
+
+    def __repr__(self) -> str:  # a notebook cell shows the report itself
+        return str(self)
+
+
+def shipped_text(ex) -> str:
+    """The learner's file as shipped: the kernel with the exercise's steps cut out."""
+    source = (device.KERNELS_DIR / ex.kernel).read_text()
+    notes = {n: s.notes for n, s in ex.steps.items()}
+    holders = {n: s.placeholder for n, s in ex.steps.items()}
+    n = len(regions.exercise_regions(source, ex.name))
+    header = (f"// Exercise {ex.name} (lab {ex.lab}): {ex.title}",
+              *(f"// {line}" for line in ex.intro),
+              f"// Fill in the {n} step{'s' if n > 1 else ''} marked '>>> YOUR CODE'; everything "
+              "else is given.",
+              f"// Check: python -m ckptlab exercise check {ex.name}   (--hint 2: a second hint)",
+              f"// Solution (try first): kernels/{ex.kernel}, the kernel the labs run.",
+              "")
+    return regions.cut(source, ex.name, notes, holders, header)
+
+
+def display_name(path: Path) -> str:
+    """The path as messages show it: relative to the repository when it is inside it."""
+    try:
+        return str(path.resolve().relative_to(device.KERNELS_DIR.parent))
+    except ValueError:
+        return str(path)
+
+
+def _compare(ex, case, out, truth) -> list:
+    failures = []
+    for o in ex.outputs:
+        x, r = np.asarray(device.to_numpy(out[o.name])), np.asarray(truth[o.name], np.float64)
+        bad = mismatch(x, r, ex.rtol)
+        if bad.any():
+            failures.append(Failure(case, o, x, r, bad))
+    return failures
+
+
+def _unwritten(ex, case, inputs, failures) -> None:
+    """Rerun a failing case with a sentinel poison: what still holds it was never written."""
+    if not any((~np.isfinite(f.x)).any() for f in failures):
+        return
+    with poison_value(SENTINEL):
+        again = ex.run(case, inputs)
+    for f in failures:
+        f.unwritten = np.asarray(device.to_numpy(again[f.output.name])) == np.float32(SENTINEL)
+
+
+def _table(ex, results: dict) -> list[str]:
+    """A line per case: its sizes, then per output 'ok' or its largest relative error."""
+    names = [o.name for o in ex.outputs]
+    width = max(len(c.label) for c in ex.cases) + 2
+    out = ["  " + "case".ljust(width) + "".join(f"{n:>10}" for n in names) + "   sizes"]
+    for c in ex.cases:
+        cells = results.get(c.label, {})
+        row = "".join(f"{cells.get(n, '-'):>10}" for n in names)
+        out.append("  " + c.label.ljust(width) + row + "   " + c.describe())
+    return out
+
+
+def _cell(f: Failure) -> str:
+    x = f.x.astype(np.float64)
+    if not np.isfinite(x[f.bad]).all():
+        return "NaN/inf"
+    finite = f.r[np.isfinite(f.r)]
+    scale = max(float(np.abs(finite).max()) if finite.size else 1.0, 1e-30)
+    with np.errstate(invalid="ignore"):
+        return f"{np.nanmax(np.abs(x - f.r)[f.bad]) / scale:.1e}"
+
+
+def _bytes(ex, case, inputs) -> list[str]:
+    """The learner's counted and unique bytes at `case` beside the model's (which the shipped
+    kernel's counts equal exactly: the tests hold every kernel to it)."""
+    if ex.traffic is None or device.target() != "emu":
+        return []
+    with emu.record() as rec:
+        ex.run(case, inputs)
+    model = {k.kernel: k for k in ex.traffic(case)}
+    mine: dict = {}  # the first launch of each kernel (a case may launch one kernel twice)
+    for launch in rec.launches:
+        if launch.kernel in model or launch.kernel in ex.kernels:
+            mine.setdefault(launch.kernel, launch.args)
+    out = [f"bytes at {case.describe()} (counted: every request, no cache; unique: distinct "
+           "bytes):", f"  {'kernel':<42}{'yours counted':>15}{'model':>12}{'yours unique':>14}"
+           f"{'model':>12}"]
+    notes = []
+    for name, args in mine.items():
+        m = model.get(name)
+        counted = sum(a.read_bytes + a.write_bytes + a.atomic_bytes for a in args.values())
+        unique = sum(a.unique_read_bytes + a.unique_write_bytes for a in args.values())
+        mc = f"{m.bytes:,}" if m else "-"
+        mu = f"{m.unique_bytes:,}" if m else "-"
+        out.append(f"  {name:<42}{counted:>15,}{mc:>12}{unique:>14,}{mu:>12}")
+        for arg, a in args.items():
+            if m is None or arg not in m.read:
+                continue
+            want = m.read[arg] + m.write[arg] + 4 * m.atomics[arg]
+            got = a.read_bytes + a.write_bytes + a.atomic_bytes
+            if got != want:
+                ratio = f"{got / want:.2f}x" if want else "where the model moves none"
+                notes.append(f"  {name.split('<')[0]} moves {got:,} bytes of {arg}, {ratio} "
+                             f"the model's {want:,}")
+    if notes:
+        out += ["right, but not the shipped kernel's traffic: the same results with more "
+                "global memory requests:"] + notes
+    else:
+        out.append("  the same bytes as the shipped kernel (= the model), argument by argument")
+    return out
+
+
+def check(ex, file=None, hint: int = 1) -> Report:
+    """The report for exercise `ex` (a spec.Exercise) on the learner's file (or `file`)."""
+    path = Path(file) if file is not None else ex.learner_file
+    shown = display_name(path)
+    if not path.is_file():
+        return Report(ex.name, MISSING, [f"{ex.name}: {shown} is missing; `python -m ckptlab "
+                                         f"exercise reset {ex.name}` puts it back as shipped"])
+    text = path.read_text()
+    shipped = shipped_text(ex)
+    if regions.not_attempted(text, shipped):
+        n = len(ex.steps)
+        return Report(ex.name, NOT_ATTEMPTED, [
+            f"not attempted: fill in {shown} (step{'s 1-' + str(n) if n > 1 else ' 1'}, marked "
+            "'>>> YOUR CODE'), then check again"])
+    todo = regions.untouched_steps(text, shipped)
+    still = ([f"(step{'s' if len(todo) > 1 else ''} {', '.join(map(str, todo))} "
+              f"{'are' if len(todo) > 1 else 'is'} still as shipped)"] if todo else [])
+    results: dict = {}
+    failures: list = []
+    gpu = device.target() == "cuda"
+    with device.kernel_file(ex.kernel, text, name=shown), \
+            emu.settings(mode="counted", race_check=True):
+        seen_inputs, arrays = {}, {}
+        for case in ex.cases:
+            inputs = seen_inputs[case.label] = ex.inputs(case)
+            try:
+                out = ex.run(case, inputs)
+            except emu.EmuCompileError as e:
+                return Report(ex.name, NO_BUILD, [f"{NO_BUILD}: {ex.name}",
+                              *feedback.compile_report(str(e), shown, text), *still])
+            except emu.EmuError as e:
+                pattern = feedback.fault_pattern(e)
+                return Report(ex.name, FAULT, [
+                    f"{FAULT}: {ex.name}, in case {case.label} ({case.describe()})",
+                    *feedback.fault_report(e, shown, text),
+                    f"hint {min(hint, 2)}: " + hint_for(ex.hints, None, pattern, hint), *still],
+                    pattern=pattern)
+            except Exception as e:  # a GPU build error (NVRTC) arrives as CuPy's own type
+                if gpu and type(e).__name__ == "CompileException":
+                    return Report(ex.name, NO_BUILD, [f"{NO_BUILD}: {ex.name}",
+                                  *feedback.compile_report(str(e), shown, text), *still])
+                raise
+            arrays[case.label] = {o.name: np.asarray(device.to_numpy(out[o.name]))
+                                  for o in ex.outputs}
+            mine = _compare(ex, case, out, ex.truth(case, inputs))
+            if mine:
+                _unwritten(ex, case, inputs, mine)
+            failures += mine
+            results[case.label] = {o.name: "ok" for o in ex.outputs} | {
+                f.output.name: _cell(f) for f in mine}
+        if failures:
+            f = diagnose(failures, list(ex.cases), list(ex.outputs), ex.alternatives,
+                         seen_inputs, arrays, ex.rtol)
+            lines = [f"{WRONG}: {ex.name}: {f.where}.",
+                     f"  e.g. {f.example}",
+                     "each case against float64 ('ok', else the largest error relative to the "
+                     "output's largest magnitude):", *_table(ex, results),
+                     f"hint {min(hint, 2)}: " + hint_for(ex.hints, f.output, f.pattern, hint),
+                     *still]
+            return Report(ex.name, WRONG, lines, finding=f, pattern=f.pattern)
+        lines = [RIGHT, f"{ex.name}: every output of every case matches float64 "
+                 f"({len(ex.cases)} cases: " + ", ".join(c.label for c in ex.cases) + ")"]
+        if gpu:
+            lines.append("(on the GPU: the race and bounds checks run on the emulator only; "
+                         "`--device emu` runs them)")
+        lines += _bytes(ex, ex.cases[0], ex.inputs(ex.cases[0]))
+        return Report(ex.name, RIGHT, lines)

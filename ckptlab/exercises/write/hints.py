@@ -1,0 +1,196 @@
+"""Hints for each pattern of error, in two grades: the first asks the question that points at
+the cause; the second, asked for with `--hint 2`, names the rule the lines must follow. Neither
+gives the code. An exercise's own hints (spec.Exercise.hints, keyed by pattern or by
+(output, pattern)) come before these.
+"""
+
+from __future__ import annotations
+
+GENERIC = {
+    "tail": (
+        "It is wrong only when N is not a multiple of the tile. What is in the last tile's "
+        "rows or keys past the end of the arrays, and does your step count them?",
+        "Past Nq (rows) or Nk (keys) nothing exists: the loads leave zeros there, so a score "
+        "must be masked (-inf before the softmax, P = 0 after) and nothing may be stored."),
+    "causal": (
+        "It is wrong only with the causal mask. Which (i, j) may contribute, and do the hidden "
+        "ones stay out of every sum, max and store of your step?",
+        "Query i sees key j iff j <= i + Nk - Nq; a hidden score is -inf, so its P is 0: it "
+        "adds nothing to m, l, O or any gradient."),
+    "nq_lt_nk": (
+        "It is wrong only when there are more keys than queries (causal). Where does the "
+        "causal diagonal sit then?",
+        "The mask is aligned to the bottom-right corner, as in FlashAttention 2: i sees j iff "
+        "j <= i + Nk - Nq, not j <= i."),
+    "nq_gt_nk": (
+        "It is wrong only when some rows see no key at all (Nq > Nk, causal). What is the "
+        "softmax of a row with nothing in it?",
+        "Such a row has m = -inf and l = 0, and exp(S - m) would be exp(-inf + inf) = NaN: "
+        "subtract 0 instead of m, and give the row P = 0, O = 0 and L = +inf."),
+    "d_below": (
+        "It is wrong only when the head dim d is below the tile's Dt. What do the columns "
+        "d..Dt-1 hold, and does any of them reach global memory?",
+        "Columns past d are zero in shared memory and exist nowhere else: sum over them if you "
+        "like (they add 0), but never store them (col < d)."),
+    "dropout": (
+        "It is wrong only with dropout. Is every P_ij that reaches O (or a gradient) scaled by "
+        "its own Z_ij / (1 - p)?",
+        "P_dropped_ij = P_ij * dropout_factor(drop, index), index = ((b*H + h)*Nq + i)*Nk + j, "
+        "the same call as the forward's; l and L sum the undropped P."),
+    "large": (
+        "It is wrong only when the scores are large. Does any exp() see a large positive "
+        "argument?",
+        "Exponentiate S - m with m the running max, so that every argument is <= 0; when m "
+        "grows, rescale what was summed under the old max by exp(m_old - m_new)."),
+    "heads": (
+        "Only the first (b, h) is right. Where in each array does head bh begin?",
+        "Head bh = blockIdx.y (or .z) starts bh * Nq * d into Q and O, bh * Nk * d into K and V "
+        "and bh * Nq * Nk into S and P."),
+    "multi_tile": (
+        "It is right with one tile and wrong with several. What must carry over from one tile "
+        "to the next, and is it combined or overwritten?",
+        "A running quantity is accumulated across tiles (+=, or atomicAdd where other blocks add "
+        "to it too); one computed against an older max is rescaled before the new tile's terms "
+        "are added."),
+    "unwritten": (
+        "Some elements were never written. Which thread stores each element, and does every "
+        "element have one that reaches its store?",
+        "Check the store's guard (i < Nq, col < d) and the loop that hands each thread its "
+        "elements (columns lane + c * LANES for c < Dt / LANES; keys lane, lane + 32, ...)."),
+    "nan": (
+        "NaN or inf came out of the arithmetic. Where could a 0/0, an inf - inf, or a read of "
+        "shared memory nobody wrote happen?",
+        "exp(-inf - (-inf)) is NaN: while a row (or lane) has seen only masked scores, m = -inf "
+        "and l = 0; subtract 0 then, divide by l only when l > 0, and make sure every shared "
+        "element read was written first (unwritten shared memory reads as NaN here)."),
+    "zero": (
+        "Every element is 0. Is the result accumulated into what is stored, or stored at all?",
+        "Follow the value from the line that computes it to the store: a local that is summed "
+        "but never added to the accumulator (or a store of the wrong variable) leaves 0."),
+    "factor": (
+        "It is off by one constant factor everywhere. Which scale or normalisation is missing, "
+        "or applied twice?",
+        "Compare the factor with the softmax scale, 1 / l and N: S = scale * Q K^T, P = exp(S - "
+        "L), O = P V / l in the forward; dQ = scale * dS K and dK = scale * dS^T Q."),
+    "first_tile": (
+        "Only the first tile is wrong. What is different about the first pass through the "
+        "loop: the initial values?",
+        "Start the running max at -inf, the sums and accumulators at 0, and treat the first "
+        "rescale (exp(-inf - m)) as 0."),
+    "part": (
+        "Only part of the output is wrong, as the message says. Which threads own those "
+        "elements, and what do they do differently?",
+        "Work out, for one wrong element, which block and thread compute it (the grid and the "
+        "index arithmetic at the top of the kernel), then follow that thread through your step."),
+    "everywhere": (
+        "It is wrong everywhere. Compare your step with its equation term by term: what does "
+        "each variable hold at this point of the loop?",
+        "Check one element by hand: the kernel's printf works on the emulator; print the "
+        "quantities of one thread for one tile and compare them with NumPy in float64."),
+    "no_scale": (
+        "Your output is what attention gives with the softmax scale left out. Where does the "
+        "scale enter?",
+        "S_ij = scale * (q_i . k_j), before the max and the exponent; in the backward dQ and "
+        "dK carry the scale once more (S = scale * Q K^T)."),
+    "z_not_in_dp": (
+        "The mask reaches dV but not dP. Through which path of O = P_dropped V does the "
+        "gradient reaching P see Z?",
+        "dP_ij = (dO_i . V_j) * Z_ij / (1 - p): the factor multiplies dO . V inside dS."),
+    "z_not_in_dv": (
+        "The mask reaches dP but not dV. Which P does dV = P^T dO need?",
+        "dV = P_dropped^T dO, the P the forward multiplied V with: P_ij * Z_ij / (1 - p)."),
+    "not_merged": (
+        "Each lane normalised the row by what it saw alone. What must every lane know before "
+        "it writes its part of the row?",
+        "The row's max and sum are reductions over all 32 lanes: combine the lanes' (m, l) "
+        "with __shfl_xor_sync until each lane holds the row's, then write."),
+    "incomplete_merge": (
+        "Groups of lanes never met in the merge. Which rounds of the butterfly does your loop "
+        "run?",
+        "A butterfly over 32 lanes takes five rounds, offsets 16, 8, 4, 2 and 1 (log2 32); "
+        "after them every lane has combined with every other."),
+    "not_reduced": (
+        "Each lane used only its own part of D. What makes D the row's sum and not the lane's?",
+        "D_i sums over all keys of the row, which 32 lanes share: add the lanes' partial sums "
+        "with a warp reduction (group_sum<WARP>) before forming dS."),
+    "no_p_in_d": (
+        "D is the sum of dP alone. What exactly does D_i sum?",
+        "D_i = sum_j P_ij dP_ij (= rowsum(dO_i * O_i)): each term is a product."),
+    "precedence": (
+        "D is subtracted after the product. Where do the parentheses go in dS = P (dP - D)?",
+        "dS_ij = P_ij * (dP_ij - D_i): D is subtracted from dP, and the difference scaled by P."),
+    "no_D": (
+        "The gradients are what dS = P dP gives. What does the softmax's backward subtract "
+        "from dP?",
+        "dS_ij = P_ij (dP_ij - D_i), D_i = sum_j P_ij dP_ij = rowsum(dO_i * O_i), given in Ds."),
+    "race": (
+        "A thread read shared memory that another thread wrote, with no barrier between. What "
+        "must every thread have finished before anyone reads (or overwrites) it?",
+        "Put __syncthreads() between the writes and the reads the message names (__syncwarp() "
+        "is enough when writer and reader are in the same warp)."),
+    "global_race": (
+        "Two threads wrote (or wrote and read) the same element of a global array, and "
+        "nothing orders them. Which thread should own that element?",
+        "Each output element has exactly one thread that stores it; an index that runs past "
+        "its row (a padded column past d, a key past Nk) lands on another thread's element. "
+        "Where several blocks must add into one element, the add is atomic."),
+    "row_factor": (
+        "Each row is right up to a factor of its own. Which per-row quantity scales a row "
+        "of the softmax?",
+        "A softmax row is normalised by its own sum: divide by l_i once (and by nothing else "
+        "that varies per row)."),
+    "access": (
+        "An access ran outside an array. Which index goes past the end, and which guard does "
+        "that line need?",
+        "Every global index of a tile must be checked: rows i < Nq, keys j < Nk, columns "
+        "col < d; the message names the argument and by how much it is out of range."),
+    "barrier": (
+        "Not every thread reached the same barrier. Is a __syncthreads() inside a branch or a "
+        "loop that some threads leave early?",
+        "A barrier must be reached by every thread of the block the same number of times: move "
+        "it out of the branch, and let threads with nothing to do skip the work, not the "
+        "barrier."),
+    "warp": (
+        "A warp operation was not reached by every lane its mask names. Is a shuffle inside a "
+        "branch that some lanes skip?",
+        "All 32 lanes (or all lanes of the group) must call the same shuffle; give lanes with "
+        "no data a neutral value (-inf for a max, 0 for a sum) instead of skipping the call."),
+    "fault": (
+        "The kernel stopped with a fault. Read the line the message names: what does it do "
+        "that a GPU would not allow?",
+        "The emulator names the kernel, block, thread and line: reproduce it with the smallest "
+        "case that shows it."),
+}
+
+# a case label or an element pattern -> the GENERIC key that explains it
+FAMILY = {
+    "tail_i": "tail", "tail_j": "tail", "tail_r": "tail", "tail_c": "tail", "tail_m": "tail",
+    "tail_n": "tail", "after_first_tile_i": "multi_tile", "after_first_tile_j": "multi_tile",
+    "after_first_tile_k": "multi_tile", "one_tile": "multi_tile",
+    "first_tile_i": "first_tile", "first_tile_j": "first_tile",
+    "top_left": "nq_lt_nk", "no_mask": "causal", "no_dropout": "dropout",
+    "merge_missing_1": "incomplete_merge", "merge_missing_16": "incomplete_merge",
+}
+
+
+def family(pattern: str) -> str:
+    if pattern in GENERIC:
+        return pattern
+    if pattern in FAMILY:
+        return FAMILY[pattern]
+    if pattern.startswith("tail"):
+        return "tail"
+    if pattern.startswith("part_"):
+        return "part"
+    return "everywhere"
+
+
+def hint(exercise_hints: dict, output: str | None, pattern: str, level: int) -> str:
+    """The hint of grade `level` (1 or 2) for `pattern` in `output`."""
+    for key in ((output, pattern), pattern, (output, family(pattern)), family(pattern)):
+        if key in exercise_hints:
+            pair = exercise_hints[key]
+            break
+    else:
+        pair = GENERIC[family(pattern)]
+    return pair[min(max(level, 1), 2) - 1]
