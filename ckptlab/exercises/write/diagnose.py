@@ -12,6 +12,7 @@ Two kinds of evidence, in order:
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -128,7 +129,9 @@ def _row_factor(f: Failure) -> tuple[str, str] | None:
         ratio = x / r
     use = np.abs(r) > 1e-6 * np.abs(r).max(initial=0)
     rows = f.bad.any(axis=-1)
-    c = np.nanmedian(np.where(use, ratio, np.nan), axis=-1, keepdims=True)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a row with no usable element
+        c = np.nanmedian(np.where(use, ratio, np.nan), axis=-1, keepdims=True)
     same = np.where(use, np.abs(ratio - c) <= 1e-3 * np.abs(c), True).all(axis=-1)
     if rows.sum() < 2 or not same[rows].all():
         return None

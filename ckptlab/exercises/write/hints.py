@@ -42,6 +42,11 @@ GENERIC = {
         "argument?",
         "Exponentiate S - m with m the running max, so that every argument is <= 0; when m "
         "grows, rescale what was summed under the old max by exp(m_old - m_new)."),
+    "masked": (
+        "It is wrong only when some entries are -inf (masked). What does your step do while "
+        "everything a lane (or a row) has seen so far is -inf?",
+        "While the running max is still -inf, exp(x - m) would be exp(-inf + inf) = NaN: skip "
+        "the update (l stays 0) until a finite value arrives; a row of only -inf gives 0."),
     "heads": (
         "Only the first (b, h) is right. Where in each array does head bh begin?",
         "Head bh = blockIdx.y (or .z) starts bh * Nq * d into Q and O, bh * Nk * d into K and V "

@@ -58,6 +58,19 @@ def truth(case, arrays):
     return {"C": arrays["A"].astype(np.float64) @ arrays["B"].astype(np.float64)}
 
 
+def transposed_tiles(case, arrays):
+    """C with every 16 x 16 tile stored transposed (the accumulator stored column-major into a
+    row-major tile); the tiles past M and N hold zeros, as the zero-padded staging makes them."""
+    C = truth(case, arrays)["C"]
+    M, N = C.shape
+    T = WMMA_TILE
+    Mp, Np = ceil_div(M, T) * T, ceil_div(N, T) * T
+    padded = np.zeros((Mp, Np))
+    padded[:M, :N] = C
+    tiles = padded.reshape(Mp // T, T, Np // T, T).transpose(0, 3, 2, 1)
+    return {"C": tiles.reshape(Mp, Np)[:M, :N]}
+
+
 WMMA_TILE_EXERCISE = Exercise(
     name="wmma_tile", lab="07", title="one tile of a 16-bit matmul on tensor cores (wmma)",
     kernel="wmma_gemm.cu",
@@ -80,10 +93,17 @@ WMMA_TILE_EXERCISE = Exercise(
         _case("float16", "float16 inputs", 32, 32, 48, dtype="float16"),
     ),
     inputs=inputs, run=run, truth=truth,
+    alternatives={"tile_transposed": ("A B with every 16 x 16 tile transposed",
+                                      transposed_tiles)},
     traffic=lambda case: [traffic.wmma_gemm(case.sizes["M"], case.sizes["N"], case.sizes["K"],
                                             CTYPES[case.options["dtype"]])],
     kernels=tuple(f"wmma_gemm<{c}>" for c in CTYPES.values()),
     hints={
+        "tile_transposed": (
+            "Every tile of C comes out transposed. In which layout does the accumulator go "
+            "into Cs, and in which is Cs read?",
+            "Step 3: Cs is read row-major (Cs[r][c]); store_matrix_sync must write it with "
+            "wmma::mem_row_major and a leading dimension of 16."),
         "multi_tile": (
             "C is right with one k-tile and wrong with several. What happens to the "
             "accumulator from one k-tile to the next?",

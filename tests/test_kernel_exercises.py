@@ -1,0 +1,220 @@
+"""The kernel exercises (ckptlab.exercises.write): the shipped files are the kernels with the
+marked lines cut out, a shipped file reports "not attempted", every exercise filled with its
+solution (the lab's own kernel) is right, and mistakes a learner makes get the diagnosis that
+names the output and the class of the cause, without handing over the code."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+from kernel_mistakes import MISTAKES
+
+from ckptlab import device
+from ckptlab.exercises import write
+from ckptlab.exercises.write import hints, regions
+from ckptlab.exercises.write.check import NO_BUILD
+
+NAMES = list(write.EXERCISES)
+
+
+def solved(name: str) -> str:
+    ex = write.get(name)
+    return regions.fill(write.shipped_text(ex), (device.KERNELS_DIR / ex.kernel).read_text(),
+                        name)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_shipped_file_is_the_kernel_with_its_steps_cut(name):
+    """labs/exercises/<name>.cu is exactly what shipped_text makes from kernels/ (no drift), and
+    filling its steps with the kernel's own lines gives back the kernel's code."""
+    ex = write.get(name)
+    assert ex.learner_file.read_text() == write.shipped_text(ex), (
+        f"{ex.learner_file} differs from what kernels/{ex.kernel} cuts to: regenerate it with "
+        f"write.reset({name!r}, force=True)")
+    code = [ln for ln in solved(name).splitlines()
+            if not ln.lstrip().startswith("//") and ln.strip()]
+    kernel = [ln for ln in (device.KERNELS_DIR / ex.kernel).read_text().splitlines()
+              if not ln.lstrip().startswith("//") and ln.strip()]
+    assert code == kernel
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_shipped_exercise_is_not_attempted(name):
+    report = write.check(name)
+    assert report.status == write.NOT_ATTEMPTED
+    assert f"labs/exercises/{name}.cu" in str(report)
+    assert write.status(name) == write.NOT_ATTEMPTED
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_solution_is_right_and_moves_the_models_bytes(name, tmp_path):
+    """The exercise filled with the kernel's lines passes every case, and its counted and unique
+    bytes equal the model's argument by argument."""
+    path = tmp_path / f"{name}.cu"
+    path.write_text(solved(name))
+    report = write.check(name, file=path)
+    assert report.status == write.RIGHT, str(report)
+    assert "the same bytes as the shipped kernel" in str(report), str(report)
+
+
+def _plant(name, old, new, tmp_path, hint=1):
+    text = solved(name)
+    assert old in text, f"{name}: the planted line is not in the solution: {old!r}"
+    path = tmp_path / f"{name}.cu"
+    path.write_text(text.replace(old, new, 1))
+    return write.check(name, file=path, hint=hint)
+
+
+def _solution_code(name) -> list[str]:
+    """The code lines of the exercise's solution (what a hint must never spell out)."""
+    ex = write.get(name)
+    src = (device.KERNELS_DIR / ex.kernel).read_text()
+    return [ln.split("//")[0].strip() for _, _, lines in regions.solution_lines(src, name)
+            for ln in lines if len(ln.split("//")[0].strip()) > 12]
+
+
+FIRST = {m[0]: i for i, m in reversed(list(enumerate(MISTAKES)))}
+
+
+def _marks(i, m):
+    return [] if FIRST[m[0]] == i else [pytest.mark.slow]
+
+
+@pytest.mark.counted
+@pytest.mark.parametrize("name,old,new,status,output,pattern", [
+    pytest.param(*m, marks=_marks(i, m), id=f"{m[0]}-{i}") for i, m in enumerate(MISTAKES)])
+def test_a_planted_mistake_gets_its_diagnosis(name, old, new, status, output, pattern,
+                                              tmp_path):
+    report = _plant(name, old, new, tmp_path)
+    text = str(report)
+    assert report.status == status, text
+    if output is not None:
+        assert report.finding.output == output, text
+        assert text.startswith(f"wrong: {name}: {output} "), text
+    if pattern is not None:
+        assert pattern in (report.pattern, hints.family(report.pattern)), text
+    hint_lines = [ln for ln in text.splitlines() if ln.startswith("hint")]
+    if status != NO_BUILD:
+        assert hint_lines, text
+    for code in _solution_code(name):
+        assert all(code not in h for h in hint_lines), f"the hint gives away {code!r}"
+
+
+def test_every_kernel_exercise_has_five_planted_mistakes():
+    for name in NAMES:
+        assert sum(m[0] == name for m in MISTAKES) >= 5, name
+
+
+@pytest.mark.slow
+def test_the_second_hint_is_another_and_more_specific(tmp_path):
+    """--hint 2 gives a different, longer hint for the same mistake, for every pattern the
+    planted mistakes reach."""
+    for name, old, new, status, _, _ in MISTAKES:
+        if status != "wrong":
+            continue
+        one = _plant(name, old, new, tmp_path, hint=1)
+        two = _plant(name, old, new, tmp_path, hint=2)
+        h1 = [ln for ln in str(one).splitlines() if ln.startswith("hint 1: ")]
+        h2 = [ln for ln in str(two).splitlines() if ln.startswith("hint 2: ")]
+        assert h1 and h2 and h1[0][8:] != h2[0][8:], (name, new)
+
+
+def test_a_step_left_as_shipped_is_named(tmp_path):
+    """A file with some steps written and one left as shipped says which step is left."""
+    ex = write.get("flash_forward")
+    src = (device.KERNELS_DIR / ex.kernel).read_text()
+    shipped = write.shipped_text(ex)
+    solved_steps = {s: lines for s, _, lines in regions.solution_lines(src, ex.name)}
+    out, skip = [], False
+    for line in shipped.splitlines():  # fill every step but 3
+        if m := regions.YOURS_BEGIN.match(line):
+            out.append(line)
+            if int(m["step"]) != 3:
+                out += solved_steps[int(m["step"])]
+                skip = True
+        elif regions.YOURS_END.match(line):
+            skip = False
+            out.append(line)
+        elif not skip:
+            out.append(line)
+    path = tmp_path / "flash_forward.cu"
+    path.write_text("\n".join(out) + "\n")
+    assert regions.untouched_steps(path.read_text(), shipped) == [3]
+    report = write.check("flash_forward", file=path)
+    assert report.status == write.WRONG
+    assert "(step 3 is still as shipped)" in str(report)
+
+
+def test_a_compile_error_points_at_the_learners_line_without_a_command_line(tmp_path):
+    report = _plant("flash_forward", "acc[c] = alpha * acc[c] + pv;",
+                    "acc[c] = alpha * acc[c] + pvv;", tmp_path)
+    text = str(report)
+    assert report.status == NO_BUILD
+    line = next(n for n, ln in enumerate(solved("flash_forward").splitlines(), 1)
+                if "acc[c] = alpha * acc[c] + pv;" in ln)
+    assert f"flash_forward.cu:{line}: 'pvv' was not declared" in text, text
+    assert f"{line:4d} > " in text and "^" in text
+    assert "g++" not in text and "-fsanitize" not in text and len(text.splitlines()) <= 8
+
+
+def test_a_fault_shows_the_emulators_message_and_the_lines_around(tmp_path):
+    report = _plant("flash_backward", "                if (q0 + ii >= Nq) break;\n", "",
+                    tmp_path)
+    text = str(report)
+    assert "out-of-bounds atomic" in text and "'dQ'" in text and "thread (" in text
+    assert re.search(r"^\s+\d+ > .*atomicAdd", text, flags=re.M), text
+
+
+def test_regions_refuse_markers_that_do_not_pair():
+    with pytest.raises(regions.MarkerError, match="never closed"):
+        regions.regions("// >>> x 1: a\nint a;\n")
+    with pytest.raises(regions.MarkerError, match="closes no region"):
+        regions.regions("int a;\n// <<< x 1\n")
+    with pytest.raises(regions.MarkerError, match="steps"):
+        regions.exercise_regions("// >>> x 2: a\n// <<< x 2\n", "x")
+
+
+def test_cut_keeps_the_lines_of_other_exercises_and_drops_their_markers():
+    src = ("a;\n// >>> one 1: first\nb;\n// >>> two 1: inner\nc;\n// <<< two 1\n// <<< one 1\n"
+           "// >>> two 2: second\nd;\n// <<< two 2\n")
+    out = regions.cut(src, "two", {1: ("note",)}, {1: ("int c = 0;",)})
+    assert out.splitlines() == [
+        "a;", "b;", "// >>> YOUR CODE, step 1 of 2: inner", "//     note", "int c = 0;",
+        "// <<< end of step 1", "// >>> YOUR CODE, step 2 of 2: second",
+        "// <<< end of step 2"]
+
+
+def test_reset_keeps_the_learners_work(tmp_path, monkeypatch):
+    ex = write.get("naive_ds")
+    monkeypatch.setattr(type(ex), "learner_file", property(lambda self: tmp_path / "x.cu"))
+    path = write.reset("naive_ds")
+    assert path.read_text() == write.shipped_text(ex)
+    path.write_text(path.read_text().replace("// <<< end of step 1", "D = 1;\n// <<< end of step 1"))
+    with pytest.raises(FileExistsError):
+        write.reset("naive_ds")
+    write.reset("naive_ds", force=True)
+    assert (tmp_path / "x.cu.bak").read_text().count("D = 1;") == 1
+    assert path.read_text() == write.shipped_text(ex)
+
+
+def test_the_command_exits_by_status(tmp_path):
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "ckptlab", "exercise", *args],
+                              capture_output=True, text=True)
+
+    assert run("check", "flash_forward").returncode == 3
+    good = tmp_path / "good.cu"
+    good.write_text(solved("naive_ds"))
+    out = run("check", "naive_ds", "--file", str(good))
+    assert out.returncode == 0 and out.stdout.startswith("right"), out.stdout + out.stderr
+    bad = tmp_path / "bad.cu"
+    bad.write_text(solved("naive_ds").replace("    D = group_sum<WARP>(D);\n", "", 1))
+    out = run("check", "naive_ds", "--file", str(bad), "--hint", "2")
+    assert out.returncode == 1 and "hint 2:" in out.stdout, out.stdout
+    for args in (("check", "nope"), ("check", "naive_ds", "--hint", "3"),
+                 ("check", "naive_ds", "--file", str(tmp_path / "missing.cu"))):
+        out = run(*args)
+        assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
