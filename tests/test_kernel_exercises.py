@@ -192,7 +192,8 @@ def test_reset_keeps_the_learners_work(tmp_path, monkeypatch):
     monkeypatch.setattr(type(ex), "learner_file", property(lambda self: tmp_path / "x.cu"))
     path = write.reset("naive_ds")
     assert path.read_text() == write.shipped_text(ex)
-    path.write_text(path.read_text().replace("// <<< end of step 1", "D = 1;\n// <<< end of step 1"))
+    work = path.read_text().replace("// <<< end of step 1", "D = 1;\n// <<< end of step 1")
+    path.write_text(work)
     with pytest.raises(FileExistsError):
         write.reset("naive_ds")
     write.reset("naive_ds", force=True)
