@@ -5,6 +5,7 @@ names the output and the class of the cause, without handing over the code."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from ckptlab.exercises import write
 from ckptlab.exercises.write import hints, regions
 from ckptlab.exercises.write.check import NO_BUILD
 
-NAMES = list(write.EXERCISES)
+NAMES = list(write.KERNELS)
 
 
 def solved(name: str) -> str:
@@ -219,3 +220,92 @@ def test_the_command_exits_by_status(tmp_path):
                  ("check", "naive_ds", "--file", str(tmp_path / "missing.cu"))):
         out = run(*args)
         assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_pytest_skips_a_shipped_file_and_fails_a_broken_one_with_the_diagnosis(tmp_path):
+    """tests/test_my_kernels.py, run on a labs folder whose flash_forward.cu is a learner's
+    broken kernel (the rescale of l forgotten) and whose other files are as shipped."""
+    folder = tmp_path / "exercises"
+    folder.mkdir()
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "solutions" / "checkpoint.py").write_text(
+        write.get("checkpoint").solution_file.read_text())
+    for ex in write.EXERCISES.values():
+        (folder / ex.learner_file.name).write_text(write.shipped_text(ex))
+    (folder / "flash_forward.cu").write_text(solved("flash_forward").replace(
+        "l = alpha * l + group_sum<LANES>(l_tile);", "l = l + group_sum<LANES>(l_tile);", 1))
+    test = device.KERNELS_DIR.parent / "tests" / "test_my_kernels.py"
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                          str(test)], capture_output=True, text=True,
+                         env={**os.environ, "CKPTLAB_LABS": str(tmp_path)})
+    assert out.returncode == 1, out.stdout
+    assert "1 failed, 7 skipped" in out.stdout, out.stdout
+    assert "wrong: flash_forward: O is right with a single tile" in out.stdout
+    assert "not attempted: fill in labs/exercises/naive_ds.cu" in out.stdout
+
+
+# ---- checkpoint(): the Python exercise -------------------------------------------------------
+CHECKPOINT_MISTAKES = [  # (the solution's text, the learner's, status, hint key)
+    ("    with tape.no_grad():  # no op inside fn builds a node, so none saves anything\n"
+     "        y = fn(x)", "    y = fn(x)", "wrong", "holds_more"),
+    ("        tape.set_rng_state(rng)\n", "", "wrong", "dropout"),
+    ("            x.node.add_grad(local.grad)  # adds: x may have other consumers",
+     "            x.node.grad = local.grad", "wrong", "x_twice"),
+    ("        local = x.detach(requires_grad=True)  # a leaf: the local graph ends here, "
+     "not in x's", "        local = x", "fault", "chain"),
+    ("        with tape.enable_grad():\n            y2 = fn(local)",
+     "        with tape.no_grad():\n            y2 = fn(local)", "fault", "no_graph"),
+    ("        if x.node is not None:\n"
+     "            x.node.add_grad(local.grad)  # adds: x may have other consumers\n", "",
+     "wrong", "no_grad_x"),
+    ("        y2.backward(g)  # the parameters fn reads get their gradients here too",
+     "        y2.backward(g * 2)", "wrong", "everywhere"),
+]
+
+
+def test_checkpoint_shipped_is_cut_from_the_solution_and_not_attempted():
+    ex = write.get("checkpoint")
+    assert ex.learner_file.read_text() == write.shipped_text("checkpoint")
+    assert write.check("checkpoint").status == write.NOT_ATTEMPTED
+    assert write.check("checkpoint", file=ex.solution_file).status == write.RIGHT
+
+
+@pytest.mark.parametrize("old,new,status,pattern", CHECKPOINT_MISTAKES)
+def test_a_planted_checkpoint_mistake_gets_its_diagnosis(old, new, status, pattern, tmp_path):
+    sol = write.get("checkpoint").solution_file.read_text()
+    assert old in sol
+    path = tmp_path / "checkpoint.py"
+    path.write_text(sol.replace(old, new, 1))
+    report = write.check("checkpoint", file=path)
+    assert (report.status, report.pattern) == (status, pattern), str(report)
+    assert "hint 1: " in str(report)
+
+
+def test_a_half_written_checkpoint_says_which_step_is_left(tmp_path):
+    shipped = write.shipped_text("checkpoint")
+    sol = write.get("checkpoint").solution_file.read_text()
+    step1 = "\n".join(regions.solution_lines(sol, "checkpoint")[0][2])
+    path = tmp_path / "checkpoint.py"
+    path.write_text(shipped.replace(
+        '    raise NotImplementedError("checkpoint: step 1 is not written yet")', step1))
+    report = write.check("checkpoint", file=path)
+    assert report.status == write.WRONG and "step 2 is not written yet" in str(report)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", NAMES)
+def test_on_a_gpu_the_same_file_runs_through_cupy(name, tmp_path):
+    """The learner's file, solved, checked on the CUDA target (CuPy's RawModule compiles it):
+    every case right; the race and bounds checks are the emulator's, and the report says so."""
+    path = tmp_path / f"{name}.cu"
+    path.write_text(solved(name))
+    report = write.check(name, file=path)
+    assert report.status == write.RIGHT, str(report)
+    assert "race and bounds checks run on the emulator only" in str(report)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_planted_mistake_is_diagnosed_the_same_way(tmp_path):
+    report = _plant("flash_forward", "acc[c] = alpha * acc[c] + pv;", "acc[c] = acc[c] + pv;",
+                    tmp_path)
+    assert report.status == "wrong" and report.pattern == "multi_tile", str(report)

@@ -1,5 +1,6 @@
-"""Kernels the learner writes: each exercise is a real kernel of kernels/ with the lines that
-are its lesson cut out, in the learner's own file labs/exercises/<name>.cu.
+"""Code the learner writes: each kernel exercise is a real kernel of kernels/ with the lines
+that are its lesson cut out, in the learner's own file labs/exercises/<name>.cu; `checkpoint`
+is checkpoint() itself, labs/exercises/checkpoint.py, cut from labs/solutions/checkpoint.py.
 
     from ckptlab.exercises import write
     print(write.check("flash_forward"))          # builds, runs, compares, diagnoses
@@ -18,18 +19,27 @@ import shutil
 
 from ckptlab import device
 from ckptlab.exercises.write import check as _check
-from ckptlab.exercises.write import regions
-from ckptlab.exercises.write.check import NOT_ATTEMPTED, RIGHT, WRONG, Report, shipped_text
+from ckptlab.exercises.write import checkpoint_ex, regions
+from ckptlab.exercises.write.check import NOT_ATTEMPTED, RIGHT, WRONG, Report
 from ckptlab.exercises.write.flash import DROPOUT_BACKWARD, FLASH_BACKWARD, FLASH_FORWARD
 from ckptlab.exercises.write.rows import NAIVE_DS, NAIVE_SOFTMAX, ROW_SOFTMAX
 from ckptlab.exercises.write.spec import EXERCISE_DIR, Exercise
 from ckptlab.exercises.write.wmma import WMMA_TILE_EXERCISE
 
-EXERCISES = {ex.name: ex for ex in (ROW_SOFTMAX, NAIVE_SOFTMAX, NAIVE_DS, FLASH_FORWARD,
-                                    FLASH_BACKWARD, DROPOUT_BACKWARD, WMMA_TILE_EXERCISE)}
+KERNELS = {ex.name: ex for ex in (ROW_SOFTMAX, NAIVE_SOFTMAX, NAIVE_DS, FLASH_FORWARD,
+                                  FLASH_BACKWARD, DROPOUT_BACKWARD, WMMA_TILE_EXERCISE)}
+EXERCISES = {**KERNELS, "checkpoint": checkpoint_ex.CHECKPOINT}  # in lab order
 
-__all__ = ["EXERCISES", "EXERCISE_DIR", "NOT_ATTEMPTED", "RIGHT", "WRONG", "Exercise", "Report",
-           "check", "get", "reset", "shipped_text", "solution", "status"]
+__all__ = ["EXERCISES", "EXERCISE_DIR", "KERNELS", "NOT_ATTEMPTED", "RIGHT", "WRONG", "Exercise",
+           "Report", "check", "get", "reset", "shipped_text", "solution", "status"]
+
+
+def shipped_text(ex) -> str:
+    """The learner's file as shipped (`ex` an exercise or its name)."""
+    ex = get(ex) if isinstance(ex, str) else ex
+    if ex is checkpoint_ex.CHECKPOINT:
+        return checkpoint_ex.shipped_text()
+    return _check.shipped_text(ex)
 
 
 def get(name: str) -> Exercise:
@@ -43,7 +53,10 @@ def check(name: str, file=None, hint: int = 1) -> Report:
     `file`); `hint` 1 or 2 picks the grade of the hint a wrong answer gets."""
     if hint not in (1, 2):
         raise ValueError(f"hint must be 1 or 2, got {hint!r}")
-    return _check.check(get(name), file, hint)
+    ex = get(name)
+    if ex is checkpoint_ex.CHECKPOINT:
+        return checkpoint_ex.check(file, hint)
+    return _check.check(ex, file, hint)
 
 
 def status(name: str, file=None) -> str:
@@ -73,10 +86,14 @@ def reset(name: str, force: bool = False):
 
 
 def solution(name: str) -> str:
-    """The lines a learner writes, step by step, as the kernel in kernels/ has them."""
+    """The lines a learner writes, step by step, as the solution has them (the kernel in
+    kernels/, or labs/solutions/checkpoint.py)."""
     ex = get(name)
-    source = (device.KERNELS_DIR / ex.kernel).read_text()
-    out = [f"exercise {name}: the solution is kernels/{ex.kernel}; the lines you write:"]
+    if ex is checkpoint_ex.CHECKPOINT:
+        where, source = "labs/solutions/checkpoint.py", ex.solution_file.read_text()
+    else:
+        where, source = f"kernels/{ex.kernel}", (device.KERNELS_DIR / ex.kernel).read_text()
+    out = [f"exercise {name}: the solution is {where}; the lines you write:"]
     for step, title, lines in regions.solution_lines(source, name):
         out.append(f"\nstep {step}: {title}")
         out += lines

@@ -18,10 +18,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-BEGIN = re.compile(r"^(?P<indent>\s*)// >>> (?P<name>\w+) (?P<step>\d+): (?P<title>.*?)\s*$")
-END = re.compile(r"^\s*// <<< (?P<name>\w+) (?P<step>\d+)\s*$")
-YOURS_BEGIN = re.compile(r"^\s*// >>> YOUR CODE, step (?P<step>\d+) of (?P<of>\d+): (?P<title>.*)$")
-YOURS_END = re.compile(r"^\s*// <<< end of step (?P<step>\d+)\s*$")
+# `//` in C++ and CUDA, `#` in Python
+BEGIN = re.compile(r"^(?P<indent>\s*)(?P<c>//|#) >>> (?P<name>\w+) (?P<step>\d+): "
+                   r"(?P<title>.*?)\s*$")
+END = re.compile(r"^\s*(?://|#) <<< (?P<name>\w+) (?P<step>\d+)\s*$")
+YOURS_BEGIN = re.compile(r"^\s*(?://|#) >>> YOUR CODE, step (?P<step>\d+) of (?P<of>\d+): "
+                         r"(?P<title>.*)$")
+YOURS_END = re.compile(r"^\s*(?://|#) <<< end of step (?P<step>\d+)\s*$")
 
 
 class MarkerError(ValueError):
@@ -36,6 +39,7 @@ class Region:
     step: int
     title: str
     indent: str
+    comment: str  # "//" or "#"
     first: int  # the `// >>>` line
     last: int   # the `// <<<` line
     body: tuple  # the lines between them
@@ -54,8 +58,8 @@ def regions(source: str) -> list[Region]:
                 raise MarkerError(f"line {n + 1}: '// <<< {m['name']} {m['step']}' closes no "
                                   "region that is open")
             b, first = open_.pop()
-            found.append(Region(b["name"], int(b["step"]), b["title"], b["indent"], first, n,
-                                tuple(lines[first + 1:n])))
+            found.append(Region(b["name"], int(b["step"]), b["title"], b["indent"], b["c"],
+                                first, n, tuple(lines[first + 1:n])))
     if open_:
         m, n = open_[-1]
         raise MarkerError(f"line {n + 1}: '// >>> {m['name']} {m['step']}' is never closed")
@@ -75,11 +79,11 @@ def exercise_regions(source: str, name: str) -> list[Region]:
 
 def your_block(region: Region, of: int, notes: tuple, placeholder: tuple) -> list[str]:
     """The lines that replace a region in the learner's file."""
-    pad = region.indent
-    return ([f"{pad}// >>> YOUR CODE, step {region.step} of {of}: {region.title}"]
-            + [f"{pad}//     {n}" if n else f"{pad}//" for n in notes]
+    pad, c = region.indent, region.comment
+    return ([f"{pad}{c} >>> YOUR CODE, step {region.step} of {of}: {region.title}"]
+            + [f"{pad}{c}     {n}" if n else f"{pad}{c}" for n in notes]
             + [f"{pad}{p}" for p in placeholder]
-            + [f"{pad}// <<< end of step {region.step}"])
+            + [f"{pad}{c} <<< end of step {region.step}"])
 
 
 def cut(source: str, name: str, notes: dict, placeholders: dict, header: tuple = ()) -> str:

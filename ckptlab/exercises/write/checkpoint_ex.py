@@ -1,0 +1,214 @@
+"""The checkpoint() a learner writes (lab 09), checked against the engine's own
+(ckptlab.recompute.checkpoint): the same bytes held until the backward, and bitwise the same
+gradients, for x and for every parameter fn reads.
+
+Cases, each changing one thing from a block of the lab's MLP with dropout: no dropout (so that
+a wrong RNG shows as "only with dropout"), x used twice (its gradient from the other path must
+survive), two checkpoints in a row (the recompute must not walk into the graph behind x).
+The solution is labs/solutions/checkpoint.py; the learner's file, labs/exercises/checkpoint.py,
+is that file with its two steps cut out.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ckptlab.engine import tape
+from ckptlab.engine.tensor import Tensor
+from ckptlab.exercises.write import regions
+from ckptlab.exercises.write.check import (
+    FAULT,
+    MISSING,
+    NO_BUILD,
+    NOT_ATTEMPTED,
+    RIGHT,
+    WRONG,
+    Report,
+    display_name,
+)
+from ckptlab.exercises.write.spec import EXERCISE_DIR, LABS_DIR
+from ckptlab.recompute import checkpoint as engine
+from ckptlab.recompute import ledger
+
+NOTES = {
+    1: ("Keep the RNG state (tape.rng_state()), then run fn(x) under tape.no_grad():",
+        "nothing inside fn builds a node, so nothing is saved. Defines: rng, y."),
+    2: ("In the node's backward(g): restore the RNG state kept in step 1 (and put back the",
+        "current one after), run fn with grad on (tape.enable_grad()) on a copy of x that is a",
+        "leaf of its own (x.detach(requires_grad=True)), back-propagate g through that output",
+        "(y2.backward(g)), and add the copy's gradient to x's (x.node.add_grad(...)): x may",
+        "have other consumers."),
+}
+PLACEHOLDERS = {1: ('raise NotImplementedError("checkpoint: step 1 is not written yet")',),
+                2: ('raise NotImplementedError("checkpoint: step 2 is not written yet")',)}
+
+HINTS = {
+    "holds_more": (
+        "Your checkpoint holds more than its input until the backward. What did fn's ops save "
+        "during your forward?",
+        "Step 1: run fn under `with tape.no_grad():`; then no op inside builds a node, and only "
+        "the node you return holds x."),
+    "no_grad_x": (
+        "x gets no gradient. Where does the gradient the recompute computes end up?",
+        "Step 2: the copy of x collects it (local.grad); hand it to x with "
+        "x.node.add_grad(local.grad)."),
+    "dropout": (
+        "The gradients are wrong only with dropout. Does the recompute draw the same dropout "
+        "masks as the first forward?",
+        "Step 1 keeps tape.rng_state(); step 2 restores it with tape.set_rng_state before "
+        "running fn again (and puts the current state back after)."),
+    "x_twice": (
+        "x's gradient is wrong only when x also feeds another op. What happens to the gradient "
+        "it already had from that op?",
+        "Step 2 must add to x's gradient (x.node.add_grad), not set it."),
+    "chain": (
+        "It is wrong only with two checkpoints in a row. Does your recompute build its graph "
+        "on x itself, so that the backward walks into the graph behind x?",
+        "Step 2 runs fn on x.detach(requires_grad=True), a leaf of its own, and back-propagates "
+        "only through that local graph."),
+    "params": (
+        "x's gradient is right but the parameters inside fn get the wrong one (or none). Does "
+        "the backward go through the recompute's graph?",
+        "Step 2: y2 = fn(local) under tape.enable_grad(), then y2.backward(g): the parameters' "
+        "gradients are accumulated on that pass."),
+    "no_graph": (
+        "The recompute left nothing to back-propagate through. Was fn run with grad on the "
+        "second time?",
+        "Step 2: y2 = fn(local) inside `with tape.enable_grad():`, so that its ops build the "
+        "local graph y2.backward(g) walks."),
+    "raised": (
+        "Your checkpoint raised an error. Which of its lines, and what did that line expect?",
+        "Run the case by hand: checkpoint(block, x) for one block of models.MLP, then "
+        "backward, and read the traceback."),
+    "everywhere": (
+        "The gradients differ from the engine's in every case. Which gradient do you "
+        "back-propagate, and through which graph?",
+        "Step 2: back-propagate the g your backward receives through fn's output recomputed "
+        "from a leaf copy of x."),
+}
+
+
+@dataclass(frozen=True)
+class PyExercise:
+    name: str = "checkpoint"
+    lab: str = "09"
+    title: str = "checkpoint(): a forward under no_grad, and a node that recomputes"
+
+    @property
+    def learner_file(self) -> Path:
+        return EXERCISE_DIR / "checkpoint.py"
+
+    @property
+    def solution_file(self) -> Path:
+        return LABS_DIR / "solutions" / "checkpoint.py"
+
+
+CHECKPOINT = PyExercise()
+
+
+def shipped_text(ex: PyExercise = CHECKPOINT) -> str:
+    return regions.cut(ex.solution_file.read_text(), ex.name, NOTES, PLACEHOLDERS)
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(f"learner_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(cp, case: str, seed: int = 0):
+    """One step through `cp` (the learner's or the engine's checkpoint): (bytes held when the
+    forward ends, the gradients by name)."""
+    from ckptlab import models
+
+    mlp = models.MLP(width=16, layers=2, dropout=0.0 if case == "no_dropout" else 0.25,
+                     seed=seed)
+    g = np.random.default_rng(seed + 1)
+    x = Tensor(g.standard_normal((8, 16))).detach(requires_grad=True)
+    w = g.standard_normal((8, 16))
+    tape.manual_seed(seed)
+    with ledger.record(timeline=False) as led:
+        if case == "chain":
+            y = cp(mlp.blocks[1], cp(mlp.blocks[0], x))
+        else:
+            y = cp(mlp.blocks[0], x)
+            if case == "x_twice":
+                y = y + x
+        held = led.bytes
+        (y * Tensor(w)).sum().backward()
+    grads = {"x": x.grad, **{k: p.grad for k, p in mlp.params.items()}}
+    return held, grads
+
+
+CASES = ("base", "no_dropout", "x_twice", "chain")
+
+
+def _engine(fn, x):
+    return engine.checkpoint(fn, x)
+
+
+def check(file=None, hint: int = 1) -> Report:
+    ex = CHECKPOINT
+    path = Path(file) if file is not None else ex.learner_file
+    shown = display_name(path)
+    if not path.is_file():
+        return Report(ex.name, MISSING, [f"{ex.name}: {shown} is missing; `python -m ckptlab "
+                                         f"exercise reset {ex.name}` puts it back as shipped"])
+    text = path.read_text()
+    if regions.not_attempted(text, shipped_text()):
+        return Report(ex.name, NOT_ATTEMPTED, [
+            f"not attempted: fill in {shown} (steps 1-2, marked '>>> YOUR CODE'), then check "
+            "again"])
+    try:
+        mine = _load(path).checkpoint
+    except Exception as e:  # the learner's file: any error is a reason, not a crash
+        return Report(ex.name, NO_BUILD, [f"{NO_BUILD}: {ex.name}: importing {shown} raised "
+                                          f"{type(e).__name__}: {e}"])
+    wrong = {}
+    for case in CASES:
+        want_held, want = _run(_engine, case)
+        try:
+            held, got = _run(mine, case)
+        except Exception as e:
+            if isinstance(e, NotImplementedError):
+                return Report(ex.name, WRONG, [f"{WRONG}: {ex.name}: {e}"], pattern="todo")
+            pattern = ("no_graph" if "does not require grad" in str(e) else
+                       case if case != "base" else "raised")
+            return Report(ex.name, FAULT, [
+                f"{FAULT}: {ex.name}: in case {case}, your checkpoint raised "
+                f"{type(e).__name__}: {e}", f"hint {hint}: {HINTS[pattern][hint - 1]}"],
+                pattern=pattern)
+        if held > want_held:
+            return _wrong(ex, "holds_more", hint, f"in case {case} your checkpoint holds "
+                          f"{held:,} bytes when the forward ends, the engine's {want_held:,} "
+                          "(its input alone)")
+        if got["x"] is None:
+            return _wrong(ex, "no_grad_x", hint, f"in case {case} x has no gradient")
+        bad = [k for k in want if (got[k] is None) != (want[k] is None) or (
+            want[k] is not None and not np.array_equal(got[k], want[k]))]
+        if bad:
+            wrong[case] = bad
+    if not wrong:
+        return Report(ex.name, RIGHT, [RIGHT, f"{ex.name}: the same bytes held and bitwise the "
+                                       f"same gradients as the engine's checkpoint in every "
+                                       f"case ({', '.join(CASES)})"])
+    if "base" not in wrong:
+        case = next(c for c in CASES if c in wrong)
+        return _wrong(ex, case, hint, f"right in the base case, wrong in case {case}: "
+                      f"{', '.join(wrong[case])} differ from the engine's")
+    if "no_dropout" not in wrong:
+        return _wrong(ex, "dropout", hint, "right without dropout, wrong with it: "
+                      f"{', '.join(wrong['base'])} differ from the engine's")
+    pattern = "params" if "x" not in wrong["base"] else "everywhere"
+    return _wrong(ex, pattern, hint, f"in every case: {', '.join(wrong['base'])} differ from "
+                  "the engine's")
+
+
+def _wrong(ex, pattern: str, hint: int, why: str) -> Report:
+    return Report(ex.name, WRONG, [f"{WRONG}: {ex.name}: {why}.",
+                                   f"hint {hint}: {HINTS[pattern][hint - 1]}"], pattern=pattern)
