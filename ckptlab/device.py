@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import sys
 from pathlib import Path
 
 TARGETS = ("cuda", "emu")
@@ -27,8 +28,23 @@ class DeviceError(RuntimeError):
     """The requested target cannot be used on this machine."""
 
 
+# Where an NVIDIA driver shows itself on Linux: its control device, the first GPU, its /proc
+# entry, or WSL2's GPU device (CUDA on WSL2 goes through /dev/dxg)
+DRIVER_PATHS = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/dxg")
+
+
+def no_driver() -> bool:
+    """True on a Linux machine with no trace of an NVIDIA driver, where no GPU can be used.
+    It answers in microseconds what importing CuPy answers in seconds (measured: 2.2-2.8 s of
+    a 4 s `exercise check` on a 2-core machine)."""
+    return sys.platform.startswith("linux") and not any(os.path.exists(p)
+                                                         for p in DRIVER_PATHS)
+
+
 def cuda_available() -> bool:
     """True when CuPy imports and sees at least one CUDA device."""
+    if no_driver():
+        return False
     try:
         import cupy
     except Exception:

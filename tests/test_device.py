@@ -91,3 +91,27 @@ def test_the_emulator_gets_no_stamp(monkeypatch):
     with device.use("emu"):
         device.load("softmax_rows.cu")
     assert seen and not any("CKPTLAB_HEADERS_HASH" in o for o in seen[0])
+
+
+def test_no_driver_answers_without_importing_cupy():
+    """On a Linux machine with no NVIDIA driver (this one), cuda_available() is False without
+    importing CuPy, whose import takes seconds; with a driver's file present it asks CuPy."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from ckptlab import device; "
+            "print(device.cuda_available(), 'cupy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if not device.no_driver():
+        pytest.skip("this machine shows an NVIDIA driver: CuPy is asked")
+    assert out.stdout.split() == ["False", "False"], out.stdout + out.stderr
+
+
+def test_a_driver_file_sends_the_question_to_cupy(monkeypatch):
+    monkeypatch.setattr(device.sys, "platform", "linux")
+    monkeypatch.setattr(device.os.path, "exists", lambda p: p == "/dev/dxg")
+    assert not device.no_driver()
+    monkeypatch.setattr(device.os.path, "exists", lambda p: False)
+    assert device.no_driver()
+    monkeypatch.setattr(device.sys, "platform", "win32")
+    assert not device.no_driver()  # elsewhere CuPy decides
