@@ -309,3 +309,23 @@ def test_on_a_gpu_a_planted_mistake_is_diagnosed_the_same_way(tmp_path):
     report = _plant("flash_forward", "acc[c] = alpha * acc[c] + pv;", "acc[c] = acc[c] + pv;",
                     tmp_path)
     assert report.status == "wrong" and report.pattern == "multi_tile", str(report)
+
+
+def test_a_file_that_is_not_source_gets_one_line(tmp_path):
+    binary = tmp_path / "x.cu"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    for name in ("flash_forward", "checkpoint"):
+        report = write.check(name, file=binary)
+        assert report.status == NO_BUILD and "is not UTF-8 text" in str(report)
+        assert len(str(report).splitlines()) == 1
+    empty = tmp_path / "empty.py"
+    empty.write_text("")
+    assert "defines no function checkpoint" in str(write.check("checkpoint", file=empty))
+
+
+@pytest.mark.slow
+def test_an_endless_loop_is_stopped_by_the_watchdog_at_its_line(tmp_path):
+    report = _plant("row_softmax", "for (int offset = WARP / 2; offset > 0; offset /= 2) {",
+                    "for (int offset = WARP / 2; offset >= 0; offset /= 2) {", tmp_path)
+    assert (report.status, report.pattern) == ("fault", "watchdog"), str(report)
+    assert re.search(r"^\s+\d+ > .*__shfl_xor_sync", str(report), flags=re.M)

@@ -23,6 +23,9 @@ from ckptlab.kernels.common import poison_value
 RIGHT, WRONG, NOT_ATTEMPTED = "right", "wrong", "not attempted"
 NO_BUILD, FAULT, MISSING = "does not build", "fault", "missing"
 SENTINEL = 1.0e38  # an output poison no kernel computes: elements still holding it were unwritten
+# Every launch of a check takes milliseconds on the emulator: one still running after this many
+# seconds is stuck (a loop that never ends), and is stopped with the line it was on.
+WATCHDOG_S = 10.0
 
 
 @dataclass
@@ -60,6 +63,18 @@ def shipped_text(ex) -> str:
               f"// Solution (try first): kernels/{ex.kernel}, the kernel the labs run.",
               "")
     return regions.cut(source, ex.name, notes, holders, header)
+
+
+def read_learner(path: Path, shown: str) -> tuple[str | None, Report | None]:
+    """(the file's text, None), or (None, a Report saying why it cannot be read as source)."""
+    try:
+        return path.read_text(encoding="utf-8"), None
+    except UnicodeDecodeError as e:
+        return None, Report(path.stem, NO_BUILD, [
+            f"{NO_BUILD}: {shown} is not UTF-8 text (byte {e.start} is {e.object[e.start]:#04x}):"
+            " is it the source file?"])
+    except OSError as e:
+        return None, Report(path.stem, MISSING, [f"{shown} cannot be read: {e.strerror}"])
 
 
 def display_name(path: Path) -> str:
@@ -159,7 +174,9 @@ def check(ex, file=None, hint: int = 1) -> Report:
     if not path.is_file():
         return Report(ex.name, MISSING, [f"{ex.name}: {shown} is missing; `python -m ckptlab "
                                          f"exercise reset {ex.name}` puts it back as shipped"])
-    text = path.read_text()
+    text, bad = read_learner(path, shown)
+    if bad is not None:
+        return bad
     shipped = shipped_text(ex)
     if regions.not_attempted(text, shipped):
         n = len(ex.steps)
@@ -173,7 +190,7 @@ def check(ex, file=None, hint: int = 1) -> Report:
     failures: list = []
     gpu = device.target() == "cuda"
     with device.kernel_file(ex.kernel, text, name=shown), \
-            emu.settings(mode="counted", race_check=True):
+            emu.settings(mode="counted", race_check=True, watchdog_s=WATCHDOG_S):
         seen_inputs, arrays = {}, {}
         for case in ex.cases:
             inputs = seen_inputs[case.label] = ex.inputs(case)

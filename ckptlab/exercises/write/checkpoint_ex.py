@@ -11,6 +11,7 @@ is that file with its two steps cut out.
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from ckptlab.exercises.write.check import (
     WRONG,
     Report,
     display_name,
+    read_learner,
 )
 from ckptlab.exercises.write.spec import EXERCISE_DIR, LABS_DIR
 from ckptlab.recompute import checkpoint as engine
@@ -115,9 +117,10 @@ def shipped_text(ex: PyExercise = CHECKPOINT) -> str:
 
 
 def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(f"learner_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    """The learner's file as a module, whatever its name ends with."""
+    loader = importlib.machinery.SourceFileLoader(f"learner_{path.stem}", str(path))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(module)
     return module
 
 
@@ -159,13 +162,17 @@ def check(file=None, hint: int = 1) -> Report:
     if not path.is_file():
         return Report(ex.name, MISSING, [f"{ex.name}: {shown} is missing; `python -m ckptlab "
                                          f"exercise reset {ex.name}` puts it back as shipped"])
-    text = path.read_text()
+    text, bad = read_learner(path, shown)
+    if bad is not None:
+        return bad
     if regions.not_attempted(text, shipped_text()):
         return Report(ex.name, NOT_ATTEMPTED, [
             f"not attempted: fill in {shown} (steps 1-2, marked '>>> YOUR CODE'), then check "
             "again"])
     try:
-        mine = _load(path).checkpoint
+        mine = getattr(_load(path), "checkpoint", None)
+        if not callable(mine):
+            raise AttributeError("it defines no function checkpoint(fn, x)")
     except Exception as e:  # the learner's file: any error is a reason, not a crash
         return Report(ex.name, NO_BUILD, [f"{NO_BUILD}: {ex.name}: importing {shown} raised "
                                           f"{type(e).__name__}: {e}"])

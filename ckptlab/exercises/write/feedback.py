@@ -86,7 +86,8 @@ def fault_report(err, shown: str, text: str) -> list[str]:
     return out
 
 
-KINDS = {"race": "race", "access": "access", "barrier": "barrier", "warp": "warp"}
+KINDS = {"race": "race", "access": "access", "barrier": "barrier", "warp": "warp",
+         "watchdog": "watchdog", "stack": "stack"}
 
 
 def fault_pattern(err) -> str:

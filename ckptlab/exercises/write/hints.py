@@ -160,6 +160,15 @@ GENERIC = {
         "branch that some lanes skip?",
         "All 32 lanes (or all lanes of the group) must call the same shuffle; give lanes with "
         "no data a neutral value (-inf for a max, 0 for a sum) instead of skipping the call."),
+    "watchdog": (
+        "A launch that takes milliseconds ran for seconds and was stopped. Which loop never "
+        "ends?",
+        "Check each loop's bound and step on the line the message names: a counter that never "
+        "reaches its bound (offset /= 2 while offset >= 0; j += 0), or a wait no thread ends."),
+    "stack": (
+        "A thread ran out of stack. What does your step put in local memory?",
+        "A large local array (or a deep recursion) per thread: keep tiles in __shared__ memory "
+        "or in a few registers, as the given code does."),
     "fault": (
         "The kernel stopped with a fault. Read the line the message names: what does it do "
         "that a GPU would not allow?",
