@@ -18,6 +18,7 @@ from __future__ import annotations
 import shutil
 
 from ckptlab import device
+from ckptlab.exercises.verdict import Verdict
 from ckptlab.exercises.write import check as _check
 from ckptlab.exercises.write import checkpoint_ex, regions
 from ckptlab.exercises.write.check import NOT_ATTEMPTED, RIGHT, WRONG, Report
@@ -31,7 +32,7 @@ KERNELS = {ex.name: ex for ex in (ROW_SOFTMAX, NAIVE_SOFTMAX, NAIVE_DS, FLASH_FO
 EXERCISES = {**KERNELS, "checkpoint": checkpoint_ex.CHECKPOINT}  # in lab order
 
 __all__ = ["EXERCISES", "EXERCISE_DIR", "KERNELS", "NOT_ATTEMPTED", "RIGHT", "WRONG", "Exercise",
-           "Report", "check", "get", "reset", "shipped_text", "solution", "status"]
+           "Report", "check", "get", "in_notebook", "reset", "shipped_text", "solution", "status"]
 
 
 def shipped_text(ex) -> str:
@@ -57,6 +58,14 @@ def check(name: str, file=None, hint: int = 1) -> Report:
     if ex is checkpoint_ex.CHECKPOINT:
         return checkpoint_ex.check(file, hint)
     return _check.check(ex, file, hint)
+
+
+def in_notebook(name: str, file=..., hint: int = 1) -> Verdict:
+    """The check as a lab's cell shows it: the report as a Verdict (its first line "right",
+    "wrong: ...", "not attempted: ...", "does not build: ..." or "fault: ..."). `file` is `...`
+    or None for the learner's own file."""
+    report = check(name, None if file is ... or file is None else file, hint)
+    return Verdict(str(report))
 
 
 def status(name: str, file=None) -> str:
