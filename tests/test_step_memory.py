@@ -165,6 +165,25 @@ def test_recompute_and_dropout_by_hand():
     assert base.terms["activations"] - k1.terms["activations"] == one - 2 * SBH
 
 
+def test_flash_backward_holds_its_dq_accumulator_not_the_core():
+    """FlashAttention keeps L (fp32, a s b) beside the 34 s b h, and its backward holds only the
+    fp32 dQ accumulator (4 s b h) and D (4 a s b), not an N x N matrix; a recompute of the
+    attention core (selective) holds the core it rebuilt."""
+    g = sm.GPTShape(layers=4, hidden=8, heads=2, seq=64, vocab=16)  # s large: the core is big
+    s, b, h, a = 64, 1, 8, 2
+    kw = dict(dropout=False, loss="fused")
+    flash = sm.step_memory(g, sm.Layout(), "bf16", "flash", **kw).terms["activations"]
+    layer = 16 * 2 * s * b * h + 4 * a * s * b
+    embed = 8 * s * b + 8 * s
+    head = 2 * 2 * s * b * h + 4 * s * b * 16 + 9 * s * b
+    dq_and_d = 4 * s * b * h + 4 * a * s * b
+    assert flash == embed + 4 * layer + max(head, dq_and_d)
+    assert 2 * a * s * s * b - 4 * a * s * b > head  # not the core: that would be the larger
+    sel = sm.step_memory(g, sm.Layout(), "bf16", "selective", **kw).terms["activations"]
+    core = 2 * a * s * s * b  # the recomputed softmax output, 16-bit, no dropout
+    assert sel == embed + 4 * 16 * 2 * s * b * h + core
+
+
 @pytest.mark.parametrize("layout", [sm.Layout(), sm.Layout(tp=2, sp=True),
                                     sm.Layout(pp=2, micro_batch=2), sm.Layout(pp=2, vp=2)])
 @pytest.mark.parametrize("base", ["none", "selective", "flash"])

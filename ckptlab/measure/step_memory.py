@@ -32,8 +32,9 @@ embedding, as Megatron-LM does):
               Korthikanti section 4.3); on the last the head for one micro-batch: its LayerNorm
               input and output, the loss's saved fp32 probabilities and the targets (LOSSES).
               A recompute holds, while one layer is recomputed, what it dropped for that layer
-              (full: the layer's whole activations; selective: its attention core): after the
-              head's backward, so the step holds the larger of the two.
+              (full: the layer's whole activations; selective: its attention core;
+              FlashAttention's backward only its fp32 dQ accumulator and D): after the head's
+              backward, so the step holds the larger of the two.
   transient   the most a step holds briefly beyond the above: with ZeRO-3 / FSDP, an
               all-gathered unit (one layer's parameters) and the one prefetched after it
               (fully_shard's implicit prefetch), plus the unit's unsharded gradients before
@@ -253,11 +254,12 @@ class _Parts:
     inp: int  # a fully recomputed layer (its input)
     head: int  # the head's activations (last stage; else 0)
     transients: dict
+    backward: int  # what a kept layer's backward holds beyond its saved bytes (see _parts)
 
     def activations(self, k: int) -> int:
         last = [self.head]
         if k < self.n:
-            last.append(self.whole - self.one)
+            last.append(self.backward)
         if k > 0:
             last.append(self.whole - self.inp - (self.n - k) * self.one)
         return self.fixed + self.flight * (k * self.inp + (self.n - k) * self.one) + max(last)
@@ -287,13 +289,17 @@ def _parts(model: GPTShape, layout: Layout, rec: Recipe, recompute: str, optimiz
         transients["loss backward"] = transient
     if layout.zero == 3:
         transients["fsdp units"] = model.layer_params(t) * (2 * rec.param + rec.grad)
+    one = layer_activations(s, b, h, a, recompute, **kw)
+    whole = layer_activations(s, b, h, a, "none", **kw)
+    # a kept layer's backward: selective holds the attention core it recomputes (whole - one);
+    # FlashAttention recomputes it tile by tile on chip and holds only its fp32 dQ accumulator
+    # and D = rowsum(dO * O) (the lab's kernels and FlashAttention 2's dq_accum, softmax_d)
+    backward = 4 * s * b * h // t + 4 * a * s * b // t if recompute == "flash" else whole - one
     return _Parts(model_states(model.stage_params(t, p, stage), rec, layout.dp, layout.zero,
                                optimizer), sum(flight), model.layers // (p * v), fixed,
-                  layer_activations(s, b, h, a, recompute, **kw),
-                  layer_activations(s, b, h, a, "none", **kw),
-                  layer_activations(s, b, h, a, "full", t=t, sp=layout.sp,
-                                    bytes_per_value=rec.activation),
-                  head, transients)
+                  one, whole, layer_activations(s, b, h, a, "full", t=t, sp=layout.sp,
+                                                bytes_per_value=rec.activation),
+                  head, transients, backward)
 
 
 def _check(model, layout, recipe, recompute, optimizer, loss, micro_batches):
@@ -378,7 +384,7 @@ def fewest_full_layers(model: GPTShape, layout: Layout, memory: float, recipe="b
     # k* : from here on the recompute transient can exceed the other candidates on a stage
     tail = n
     for x in stages:
-        others = max(x.head, x.whole - x.one if n > 0 else 0)
+        others = max(x.head, x.backward)
         if x.one > 0:
             tail = min(tail, max(1, n - max(0, -(-(x.whole - x.inp - others) // x.one))))
     lo, hi = 1, tail  # on [1, tail] each stage's peak falls linearly: binary search
