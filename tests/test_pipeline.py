@@ -74,7 +74,8 @@ def test_layer_placement_and_p2p():
     # Megatron's placement: chunk c of stage i holds layers (c p + i) n ...
     assert list(pipeline.chunk_layers(1, 0, 8, 2, 2)) == [2, 3]
     assert list(pipeline.chunk_layers(1, 1, 8, 2, 2)) == [6, 7]
-    every = sorted(x for i in range(2) for c in range(2) for x in pipeline.chunk_layers(i, c, 8, 2, 2))
+    every = sorted(x for i in range(2) for c in range(2)
+                   for x in pipeline.chunk_layers(i, c, 8, 2, 2))
     assert every == list(range(8))
     assert pipeline.p2p_bytes(2048, 1, 12288, 8, scatter=False) == 2048 * 12288 * 2
     assert pipeline.p2p_bytes(2048, 1, 12288, 8) == 2048 * 12288 * 2 // 8

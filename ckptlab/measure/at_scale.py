@@ -19,8 +19,9 @@ the dropout mask (1 byte), split over t with the heads. Sequence parallelism spl
 replicated part over t as well. selective recomputes the attention core (their proposal);
 flash never stores it either, keeping only the logsumexp L (fp32, a s b numbers); full keeps only
 the layer's input, which sequence parallelism splits over the t GPUs along the sequence (their
-Table 2's 2 s b h for full recompute is one GPU's share without it). `bytes_per_value` changes the 2 bytes of an activation (4 for fp32, as the
-CPU measurement in ckptlab.torch.parallel uses); masks stay 1 byte, L 4.
+Table 2's 2 s b h for full recompute is one GPU's share without it). `bytes_per_value` changes
+the 2 bytes of an activation (4 for fp32, as the CPU measurement in ckptlab.torch.parallel
+uses); masks stay 1 byte, L 4.
 
 Matmul FLOPs of the layer's forward: 24 b s h^2 + 4 b s^2 h = 24 b s h^2 (1 + s / (6 h));
 backward twice that. What each choice recomputes in the backward: selective the attention core
