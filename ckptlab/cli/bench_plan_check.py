@@ -119,7 +119,7 @@ def rows(achievable: float = step_time.ACHIEVABLE, names=None) -> list[dict]:
                        error=tf / r.tflops - 1, within=abs(tf / r.tflops - 1) <= WITHIN)
         if plan is not None:
             row.update(plan_layout=layout_text(plan.layout), plan_recompute=
-                       plan.recompute_text(r.layers), plan_step_s=plan.step_s,
+                       plan.recompute_short(r.layers), plan_step_s=plan.step_s,
                        plan_not_slower=opt is None or plan.step_s <= opt.step_s * (1 + 1e-12))
             if opt is not None:
                 row.update(plan_gain=opt.step_s / plan.step_s - 1, plan_why=
@@ -141,7 +141,7 @@ def format_table(table: list[dict], achievable: float) -> str:
            f"{', '.join(published_runs.CALIBRATION)})", "",
            f"{'run':<9}{'t':>3}{'p':>4}{'d':>5}{'batch':>6} {'fits':<5}{'b':>3}{'v':>3}"
            f"{'peak GiB':>9}{'publ. TF':>9}{'model TF':>9}{'error':>8}  "
-           f"{'planner: layout, recompute':<52}{'step s':>8}{'vs publ.':>9}  why"]
+           f"{'planner: layout, recompute':<44}{'step s':>8}{'vs publ.':>9}  why"]
     for r in table:
         cal = "*" if r["calibration"] else " "
         line = f"{r['run'] + cal:<9}{r['t']:>3}{r['p']:>4}{r['d']:>5}{r['batch']:>6} " \
@@ -154,7 +154,7 @@ def format_table(table: list[dict], achievable: float) -> str:
             line += f"{'':>32}"
         if "plan_layout" in r:
             plan = f"{r['plan_layout']}, {r['plan_recompute']}"
-            line += f"  {plan[:52]:<52}{r['plan_step_s']:>8.2f}"
+            line += f"  {plan:<44}{r['plan_step_s']:>8.2f}"
             if "plan_gain" in r:
                 line += f"{-r['plan_gain'] / (1 + r['plan_gain']):>+9.1%}  {r['plan_why']}"
         out.append(line)

@@ -84,6 +84,13 @@ class Option:
     def step_s(self) -> float:
         return self.time.step_s
 
+    def recompute_short(self, layers: int) -> str:
+        """keep, flash or selective, "+k full" for whole layers; "full" for every layer."""
+        if self.full == layers // (self.layout.pp * self.layout.vp):
+            return "full"
+        return {"none": "keep", "flash": "flash", "selective": "selective"}[self.base] + \
+            (f" +{self.full} full" if self.full else "")
+
     def recompute_text(self, layers: int) -> str:
         chunk = layers // (self.layout.pp * self.layout.vp)
         if self.full == chunk:
