@@ -76,3 +76,8 @@ def test_command(capsys, tmp_path):
     assert out_csv.read_text().count("\n") == 15
     assert cli.main(["bench", "plan-check", "--csv", str(tmp_path / "no" / "x.csv")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    assert cli.main(["bench", "plan-check", "--csv", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+    assert cli.main(["bench", "plan-check", "--csv", "/dev/full"]) == 2  # a write error
+    err = capsys.readouterr().err.strip()
+    assert "cannot write it" in err and "\n" not in err

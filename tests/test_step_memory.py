@@ -147,7 +147,12 @@ def test_pipeline_interleaved_by_hand():
     # the ids: once for each micro-batch in flight in chunk 0 (3)
     assert first.terms["activations"] == 5 * layer + 3 * (8 * 4 + 8 * 4)
     last = sm.step_memory(g, lay, "fp32", "none", dropout=False, micro_batches=4, stage=1)
-    assert last.terms["activations"] == 3 * layer + 2 * 4 * SBH + 4 * 4 * 16 + 8 * 4 + 4
+    head = 2 * 4 * SBH + 4 * 4 * 16 + 8 * 4 + 4
+    assert last.terms["activations"] == 3 * layer + head
+    # m = p: Megatron runs all m v = 4 forwards first; the last stage holds both micro-batches
+    # of each chunk, and so two heads
+    warm = sm.step_memory(g, lay, "fp32", "none", dropout=False, micro_batches=2, stage=1)
+    assert warm.terms["activations"] == 4 * layer + 2 * head
     with pytest.raises(ValueError, match="multiple of p = 2"):
         sm.step_memory(g, lay, "fp32", micro_batches=3)
 

@@ -23,7 +23,7 @@ import argparse
 import math
 import sys
 
-from ckptlab.cli.report import writable_file, write_csv
+from ckptlab.cli.report import UsageError, writable_file, write_csv
 from ckptlab.measure import planner, published_runs, step_time
 from ckptlab.measure import step_memory as sm
 
@@ -184,7 +184,7 @@ def main(argv=None) -> int:
                    help="refit the efficiency constant on the calibration rows and print it")
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV ('-': stdout)")
     a = p.parse_args(argv)
-    if a.csv:
+    if a.csv is not None:
         writable_file(a.csv)
     if a.fit:
         f = fit()
@@ -193,8 +193,11 @@ def main(argv=None) -> int:
         return 0
     table = rows()
     print(format_table(table, step_time.ACHIEVABLE))
-    if a.csv:
-        write_csv(table, a.csv)
+    if a.csv is not None:
+        try:
+            write_csv(table, a.csv)
+        except OSError as e:
+            raise UsageError(f"--csv {a.csv}: cannot write it ({e.strerror or e})") from None
     return 0
 
 

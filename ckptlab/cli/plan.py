@@ -89,7 +89,8 @@ def nothing_fits(rows: list, gpus: int, batch) -> str:
     if memory == 0:
         return (f"NOTHING FITS: the batch {batch} divides no layout of the {gpus} GPUs (d, and "
                 "d x micro-batch, must divide it; see the reasons below)")
-    return (f"NOTHING FITS: {memory} layouts need more memory than the GPU has"
+    need = "1 layout needs" if memory == 1 else f"{memory} layouts need"
+    return (f"NOTHING FITS: {need} more memory than the GPU has"
             + (f", {split} cannot split the batch {batch}" if split else ""))
 
 

@@ -210,6 +210,10 @@ def _parts(model: GPTShape, layout: Layout, rec: Recipe, recompute: str, optimiz
         head = 2 * rec.activation * s * b * h // rep + (8 * s * b // rep if ln_stats else 0) \
             + saved
         transients["loss backward"] = transient
+        # the last chunk's micro-batches in flight each keep their head: one with 1F1B (the loss
+        # backward follows its forward at once), all of them when the interleaved schedule runs
+        # every forward first (m = p); one of them is in `head` below
+        fixed += (flight[-1] - 1) * head
     if layout.zero == 3:
         transients["fsdp units"] = model.layer_params(t) * (2 * rec.param + rec.grad)
     one = layer_activations(s, b, h, a, recompute, **kw)
