@@ -69,6 +69,8 @@ def test_gpt3_on_1024_a100s_beats_the_published_layouts(capsys):
     model = plan.MODELS["gpt3-175b"]
     chosen, rows = plan.plan(model, 1024, "a100", 80 * GIB, batch=1536)
     assert chosen is not None and chosen.peak <= 80 * GIB
+    fits = [o for _, o in rows if isinstance(o, plan.Option)]
+    assert chosen.step_s == min(o.step_s for o in fits)
     # Megatron-LM's example script (t 8, p 16, micro-batch 1) and Korthikanti's t 8, p 8: both
     # among the layouts tried, neither faster by the model than the plan
     for t, p in ((8, 16), (8, 8)):
@@ -164,6 +166,7 @@ def test_hf_config_values_are_checked(tmp_path, capsys, content, msg):
     (["--model", "gpt:100000,768,12,1024,50257", "--gpus", "1024"], "layers = 100000"),
     (["--model", "gpt:100000000000000000000000,768,12,1024,50257"], "12 digits or more"),
     (["--model", "gpt:2,8,2,4,16"], "head dim h / a = 4"),
+    (["--model", "gpt:2,12,1,8,16"], "head dim h / a = 12: the attention time model"),
     (["--achievable", "0"], "--achievable"), (["--achievable", "1.5"], "--achievable"),
     (["--achievable", "nan"], "--achievable"),
     (["--compare", "8"], "--compare: expected T,P"),
@@ -191,3 +194,20 @@ def test_the_planner_accepts_its_limits_and_no_more():
     with pytest.raises(ValueError, match="more than the planner models"):
         planner.check_limits(sm.GPTShape(planner.LIMITS["layers"] + 1, 128, 1, 16, 16), 1)
     assert step_time.ACHIEVABLE == plan.step_time.ACHIEVABLE
+
+
+def test_pruning_loses_neither_the_plan_nor_the_runner_up():
+    """The planner skips layouts whose matmuls alone outlast the second-best family's step;
+    evaluating every layout gives the same plan and runner-up."""
+    model = sm.GPTShape(8, 512, 8, 512, 4096)
+    chosen, rows = planner.plan(model, 16, "a100", 8 * GIB, batch=32)
+    every = []
+    for lay, m in planner.layouts(model, 16, "a100", 32):
+        if not isinstance(m, str):
+            opt = planner.best_option(model, lay, m, "a100", 8 * GIB)
+            if opt is not None:
+                every.append((lay, opt))
+    assert any(isinstance(o, str) and o.startswith("slower") for _, o in rows)  # it prunes
+    best = min((o for _, o in every), key=lambda o: (o.step_s, o.peak))
+    assert (chosen.layout, chosen.step_s) == (best.layout, best.step_s)
+    assert planner.runner_up(chosen, rows).step_s == planner.runner_up(best, every).step_s

@@ -82,6 +82,7 @@ def test_fit_sees_only_the_calibration_lengths(monkeypatch):
     assert model_check.fit_fa2() == f
     monkeypatch.undo()
     fig2, fa2 = model_check.run()
+    assert {r["fractions"] for r in fig2 if r["method"] == "flash"} == {"0.25-0.4"}  # FA1's
     held = [r for r in fa2 if not r["calibration"]]
     assert len(held) == 12 and all(r["achievable"] == f for r in fa2)
     outside = sorted((r["N"], r["d"], r["causal"]) for r in held if not r["in_band"])

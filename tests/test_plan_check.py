@@ -81,3 +81,21 @@ def test_command(capsys, tmp_path):
     assert cli.main(["bench", "plan-check", "--csv", "/dev/full"]) == 2  # a write error
     err = capsys.readouterr().err.strip()
     assert "cannot write it" in err and "\n" not in err
+
+
+def test_a_slower_plan_would_be_reported(monkeypatch):
+    """The "never slower" check can fail: a planner that returned the published layout at twice
+    its time is caught and the target reported as not met."""
+    real = pc.planner.plan
+
+    def slow_plan(model, *args, **kw):
+        chosen, rows = real(model, *args, **kw)
+        slow = pc.planner.Option(chosen.layout, chosen.base, chosen.full, chosen.micro_batches,
+                                 chosen.memory, chosen.time, chosen.recompute_flops)
+        slow.time.terms["optimizer"] += 1e6
+        return slow, rows
+
+    monkeypatch.setattr(pc.planner, "plan", slow_plan)
+    rows = pc.rows(names=("22B",))
+    assert rows[0]["plan_not_slower"] is False
+    assert "planner never slower: NOT met: ['22B']" in pc.format_table(rows, 0.5)

@@ -192,13 +192,18 @@ def test_flash_backward_holds_its_dq_accumulator_not_the_core():
 @pytest.mark.parametrize("layout", [sm.Layout(), sm.Layout(tp=2, sp=True),
                                     sm.Layout(pp=2, micro_batch=2), sm.Layout(pp=2, vp=2)])
 @pytest.mark.parametrize("base", ["none", "selective", "flash"])
-def test_fewest_full_layers_is_the_smallest_k_that_fits(layout, base):
-    """Against a scan of every k on every stage, for memories from too small to plenty."""
-    g = sm.GPTShape(layers=8, hidden=64, heads=4, seq=64, vocab=32)
+@pytest.mark.parametrize("seq,vocab", [(64, 32), (256, 32), (64, 8192)])
+def test_fewest_full_layers_is_the_smallest_k_that_fits(layout, base, seq, vocab):
+    """Against a scan of every k on every stage, for memories from too small to plenty; a long
+    sequence (the recompute transient grows near k = n) and a large vocabulary (the last stage
+    the fullest) too."""
+    g = sm.GPTShape(layers=8, hidden=64, heads=4, seq=seq, vocab=vocab)
     kw = dict(recipe="bf16", recompute=base, micro_batches=4)
     n = 8 // (layout.pp * layout.vp)
     peaks = [max(sm.step_memory(g, layout, full_layers=k, stage=i, **kw).peak
                  for i in range(layout.pp)) for k in range(n + 1)]
+    if vocab == 8192 and layout.pp == 2:
+        assert sm.step_memory(g, layout, **kw).stage == 1  # the head's stage is the fullest
     for memory in sorted(set(peaks)) + [min(peaks) - 1, max(peaks) + 1]:
         want = next((k for k, x in enumerate(peaks) if x <= memory), None)
         assert sm.fewest_full_layers(g, layout, memory, **kw) == want, memory

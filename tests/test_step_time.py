@@ -59,6 +59,13 @@ def test_recompute_by_hand():
     full1 = step_time.step_time(G, sm.Layout(), A100, "bf16", "none", full_layers=1, **kw)
     ew = 50 * s * b * h / HBM
     assert full1.terms["recompute"] == pytest.approx(24 * b * s * h * h / PEAK + af + ew)
+    # with t = 2 the recomputed forward repeats its two collectives too
+    tp1 = step_time.step_time(G, sm.Layout(tp=2), A100, "bf16", "none", full_layers=1, **kw)
+    af2, _ = attention("stored", b, a // 2, s, h // a, causal=False)
+    ew2 = ((4 * 2 + 2 * 7) * s * b * h + 28 * s * b * h // 2) / HBM
+    coll = 2 * (1 / 2) * s * b * h * 2 / NVLINK
+    assert tp1.terms["recompute"] == pytest.approx(
+        24 * b * s * h * h / 2 / PEAK + af2 + ew2 + 2 * coll)
     flash = step_time.step_time(G, sm.Layout(), A100, "bf16", "flash", **kw)
     ff, fb = attention("flash", b, a, s, h // a, causal=True)
     assert flash.terms["recompute"] == 0
