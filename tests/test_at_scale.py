@@ -13,10 +13,12 @@ SIZES = [GPT3, dict(s=17, b=3, h=64, a=4), dict(s=100, b=2, h=48, a=6)]
 
 
 def paper(s, b, h, a, recompute, t, sp):
-    """The formulas, as docs/references.md lists them (Fractions: exact)."""
+    """The formulas, as docs/references.md lists them (Fractions: exact). Full recompute keeps
+    each layer's input, 2 s b h, which sequence parallelism splits over t (Korthikanti's Table 2
+    writes 2 s b h: one GPU's share without it)."""
     sbh, x = Fraction(s * b * h), Fraction(a * s, h)
     if recompute == "full":
-        return 2 * sbh
+        return 2 * sbh / (t if sp else 1)
     if sp:
         return sbh / t * (34 + (5 * x if recompute == "none" else 0))
     return sbh * (10 + Fraction(24, t) + (5 * x / t if recompute == "none" else 0))
@@ -57,7 +59,7 @@ def test_bytes_per_value_scales_activations_but_not_masks():
     got = at_scale.layer_activation_bytes(s, b, h, a, bytes_per_value=4)
     assert got == 66 * s * b * h + 9 * a * s * s * b
     assert at_scale.layer_activation_bytes(s, b, h, a, "full", 4, True, bytes_per_value=4) == \
-        4 * s * b * h
+        4 * s * b * h // 4
 
 
 def test_table_rows_per_gpu():
@@ -73,3 +75,21 @@ def test_table_rows_per_gpu():
 def test_bad_arguments(kw, message):
     with pytest.raises(ValueError, match=message):
         at_scale.layer_activation_bytes(2048, 1, 12288, 96, **kw)
+
+
+def test_hfu_over_mfu_two_accountings():
+    """Selective recompute on GPT-3: the lab's first-principles count (Q K^T and P V redone,
+    4 b s^2 h a layer) gives 1.009; Korthikanti et al.'s Eq. 8 (their published MFU 51.4% and
+    HFU 52.8%) 1.027; both agree on full recompute (one extra forward of every layer)."""
+    s, h, L, V = 2048, 12288, 96, 51200
+    first = at_scale.hfu_over_mfu(s, h, L, V, "selective")
+    theirs = at_scale.hfu_over_mfu(s, h, L, V, "selective", "Korthikanti")
+    assert round(first, 3) == 1.009 and round(theirs, 3) == 1.027
+    assert round(52.8 / 51.4, 3) == 1.027  # the Megatron-LM README's table
+    model = 72 * L * s * h * h * (1 + s / (6 * h) + V / (12 * h * L))
+    assert first == pytest.approx(1 + L * 4 * s * s * h / model)
+    assert at_scale.hfu_over_mfu(s, h, L, V, "full") == \
+        at_scale.hfu_over_mfu(s, h, L, V, "full", "Korthikanti")
+    assert at_scale.step_flops(s, 1, h, L, V) == pytest.approx(model)
+    with pytest.raises(ValueError, match="accounting"):
+        at_scale.hfu_over_mfu(s, h, L, V, "selective", "mine")

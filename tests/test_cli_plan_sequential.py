@@ -49,3 +49,23 @@ def test_cli_and_bad_input(capsys):
     assert cli.main(["plan", "--sequential", "test_cli_plan_sequential:build",
                      "--memory-gb", "1"]) == 2
     assert "needs --input-shape" in capsys.readouterr().err
+
+
+def broken():
+    raise RuntimeError("no weights here\nsecond line")
+
+
+NOT_A_FUNCTION = 3
+
+
+@pytest.mark.parametrize("spec,shape,msg", [
+    ("test_cli_plan_sequential:broken", "33,48", "broken() raised RuntimeError: no weights here"),
+    ("test_cli_plan_sequential:NOT_A_FUNCTION", "33,48", "is a int, not a function"),
+    ("test_cli_plan_sequential:build", "0,48", "--input-shape: expected positive ints"),
+    ("test_cli_plan_sequential:build", "100000000,100000000", "needs ~"),
+])
+def test_a_factory_or_shape_that_fails_is_one_line(capsys, spec, shape, msg):
+    assert cli.main(["plan", "--sequential", spec, "--input-shape", shape,
+                     "--memory-gb", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and "\n" not in err and "Traceback" not in err

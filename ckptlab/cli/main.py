@@ -12,10 +12,12 @@
                          (cli.bench_crossing)
     bench model-check    the time model against the FlashAttention papers' A100 numbers
                          (cli.model_check)
+    bench plan-check     the step model and the planner against published training runs
+                         (Narayanan et al. 2021, Korthikanti et al. 2022; cli.bench_plan_check)
     kernels              registers, shared memory, spills per kernel (cli.kernels_report)
     fig2                 the FlashAttention paper's Fig. 2 table (cli.fig2)
-    plan                 a training run's memory per GPU: parallel layout, sharding and the
-                         least recompute that fits, modeled (cli.plan)
+    plan                 a training run's layout by modeled step time: tensor, pipeline and
+                         data parallelism, sharding and the recompute that fit (cli.plan)
     exercise             the kernels you write: list, check NAME [--hint 2], reset, solution
                          (cli.exercise)
 
@@ -50,6 +52,7 @@ BENCHES = {
     "torch": "ckptlab.cli.bench_torch",
     "crossing": "ckptlab.cli.bench_crossing",
     "model-check": "ckptlab.cli.model_check",
+    "plan-check": "ckptlab.cli.bench_plan_check",
 }
 PROG = "python -m ckptlab"
 

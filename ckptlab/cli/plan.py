@@ -1,4 +1,4 @@
-"""Plan a training run's memory per GPU: `python -m ckptlab plan`
+"""Plan a training run by modeled step time: `python -m ckptlab plan`
 
     python -m ckptlab plan --model gpt3-175b --gpu a100 --gpus 1024 --memory-gb 80 --batch 1536
     python -m ckptlab plan --model gpt2-small --gpu 4090 --gpus 1 --memory-gb 24 --micro-batch 16
@@ -7,35 +7,35 @@
     python -m ckptlab plan --sequential pkg.mod:factory --input-shape 64,512 ...  (measured:
                                                       ckptlab.cli.plan_sequential)
 
-Every layout of the GPUs is tried: tensor parallelism t (a power of two within a node, dividing
-the heads), sequence parallelism with it or not, data parallelism d = GPUs / t with ZeRO stage
-0-3 (3 = FSDP full shard); and for each, the recompute with the fewest recompute FLOPs whose
-modeled peak (ckptlab.measure.step_memory) fits the GPU's memory: none, FlashAttention's (the
-attention core never stored, S = Q K^T redone), Korthikanti's selective (the attention core
-redone), each with the first k layers recomputed whole (k = L: full recompute). The plan
-printed is the one with the least recompute; among equals, the shortest modeled step.
+Every layout of the GPUs is tried (ckptlab.measure.planner): tensor parallelism t within a node
+(with sequence parallelism or not), pipeline stages p (1F1B, or interleaved with v virtual
+stages), data parallelism d with ZeRO stage 0-3 (0-1 with a pipeline), the micro-batch; for
+each, the recompute that fits the GPU's memory (ckptlab.measure.step_memory: per layer none,
+FlashAttention's or Korthikanti's selective, with the fewest layers recomputed whole). The plan
+printed is the one with the shortest modeled step (ckptlab.measure.step_time: compute at an
+achievable fraction of the peak fitted on published runs, attention from the lab's time model,
+element-wise kernels, tensor-parallel, pipeline and data-parallel communication, the bubble),
+then the runner-up (the best other layout) and what made the difference.
 
-Step time (modeled, a lower bound): matmul FLOPs (ckptlab.measure.at_scale, the head's
-6 s b h V included) at the GPU's peak for the recipe's dtype (ckptlab.measure.roofline), plus
-tensor-parallel communication (Megatron: 2 all-reduces of s b h activations per layer in the
-forward, 2 in the backward, 2 more with full recompute; a ring moves 2 (t-1)/t of a buffer per
-GPU) on the critical path, plus data-parallel communication (all-reduce of the gradients, or
-with ZeRO-3 two all-gathers of the parameters per micro-batch and a reduce-scatter of the
-gradients) where it exceeds the compute it overlaps. Links per direction: LINKS below. Not
-modeled: pipeline parallelism, MFU below peak, the vocabulary-parallel loss's all-reduces.
+--loss names the loss implementation, whose buffers the memory counts: torch (PyTorch's
+F.cross_entropy: two fp32 logits-sized buffers at once in its backward, beside the saved
+log-softmax) or fused (Megatron's vocabulary-parallel cross-entropy, in place).
+--recipe bf16 is ZeRO's 16 bytes a parameter (16-bit gradients); bf16-fp32grad is Megatron's 18
+(fp32 main gradients; with ZeRO-1 that is its distributed optimizer, 6 + 12/d).
+--compare T,P evaluates one layout of your own (say a published one) beside the plan.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
-from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ckptlab.cli.report import UsageError, positive_int
-from ckptlab.measure import at_scale, offload, roofline
+from ckptlab.cli.report import UsageError, positive_float, positive_int
+from ckptlab.measure import planner, roofline, step_time
 from ckptlab.measure import step_memory as sm
 
 GIB = 1024**3
@@ -46,179 +46,140 @@ MODELS = {
     # n_positions 1024, vocab_size 50257)
     "gpt2-small": sm.GPTShape(12, 768, 12, 1024, 50257),
 }
-LINKS = {  # GPU -> (GPUs a node, bytes/s per direction within a node, across nodes per GPU)
-    # A100 datasheet: NVLink 600 GB/s (both directions); DGX A100 datasheet: 8 GPUs, 8x
-    # ConnectX-6 200 Gb/s HDR InfiniBand (one per GPU): 25 GB/s
-    "A100-SXM4-80GB": (8, 300e9, 25e9),
-    # H100 / H200 datasheets: NVLink 900 GB/s; DGX H100 / H200: 8x ConnectX-7 400 Gb/s NDR
-    "H100-SXM5-80GB": (8, 450e9, 50e9),
-    "H200-SXM-141GB": (8, 450e9, 50e9),
-    # PCIe cards: PCIe 4.0 x16 both ways (ckptlab.measure.offload.LINKS)
-    "L4": (8, offload.LINKS["PCIe 4.0 x16"], offload.LINKS["PCIe 4.0 x16"]),
-    "RTX-4090": (1, offload.LINKS["PCIe 4.0 x16"], offload.LINKS["PCIe 4.0 x16"]),
-}
-BASES = ("none", "flash", "selective")
-# Megatron-LM pads the vocabulary to a multiple of 128 x t (--make-vocab-size-divisible-by)
-VOCAB_MULTIPLE = 128
+LINKS = step_time.LINKS
+BASES = planner.BASES
+VOCAB_MULTIPLE = planner.VOCAB_MULTIPLE
+Option = planner.Option
+padded = planner.padded
+plan = planner.plan  # (model, gpus, gpu, memory, batch, micro_batch, recipe, loss, ...)
 
 
-@dataclass(frozen=True)
-class Option:
-    layout: sm.Layout
-    base: str  # per layer: none, flash or selective
-    full: int  # the first `full` layers recomputed whole
-    peak: int
-    terms: dict
-    transient: tuple  # (name, bytes) of the largest
-    recompute_flops: float  # per GPU per step
-    compute_s: float
-    tp_comm_s: float
-    dp_comm_s: float
-
-    @property
-    def step_s(self) -> float:
-        return self.compute_s + self.tp_comm_s + max(0.0, self.dp_comm_s - self.compute_s)
-
-    def recompute_text(self, layers: int) -> str:
-        if self.full == layers:
-            return "full (every layer)"
-        text = {"none": "nothing", "flash": "S = Q K^T (FlashAttention)",
-                "selective": "attention core (selective)"}[self.base]
-        whole = f"; the first {self.full} layers whole" if self.full > 1 else "; layer 0 whole"
-        return text + (whole if self.full else "")
+def layout_text(lay: sm.Layout) -> str:
+    pipe = f" p={lay.pp}" + (f" v={lay.vp}" if lay.vp > 1 else "") if lay.pp > 1 else ""
+    zero = "FSDP/ZeRO-3" if lay.zero == 3 else f"ZeRO-{lay.zero}"
+    return f"t={lay.tp}{' +SP' if lay.sp else ''}{pipe} d={lay.dp} {zero}"
 
 
-def padded(model: sm.GPTShape, t: int) -> sm.GPTShape:
-    m = VOCAB_MULTIPLE * t
-    return replace(model, vocab=-(-model.vocab // m) * m)
+def _terms(o: Option) -> str:
+    return " + ".join(f"{k} {v:.3g}" for k, v in planner.grouped(o.time).items() if v > 0)
 
 
-def evaluate(model, layout, recipe, base, full, micro_batches, gpu) -> Option:
-    """One layout and recompute choice: modeled peak per GPU and step time."""
-    shaped = padded(model, layout.tp)
-    mem = sm.step_memory(shaped, layout, recipe, base, full_layers=full)
-    s, b, h, a, L, t = model.seq, layout.micro_batch, model.hidden, model.heads, model.layers, \
-        layout.tp
-    fwd = at_scale.layer_forward_flops(s, b, h)
-    rec = (L - full) * at_scale.layer_recompute_flops(s, b, h, a, base) + full * fwd
-    head = 6 * s * b * h * shaped.vocab
-    per_gpu = micro_batches * (3 * L * fwd + rec + head) / t
+def _describe(o: Option, model, gpus: int, gpu: str, recipe: str) -> list[str]:
+    lay, mem = o.layout, o.memory
+    big = max(mem.transients.items(), key=lambda kv: kv[1], default=("transient", 0))
+    stage = f" (pipeline stage {mem.stage} of {lay.pp})" if lay.pp > 1 else ""
+    batch = lay.micro_batch * o.micro_batches * lay.dp
     dtype = "fp32" if recipe == "fp32" else "bf16"
-    compute = per_gpu / roofline.peak_flops(gpu, dtype)
-    node, intra, inter = LINKS[roofline.spec(gpu)["name"]]
-    act = sm.RECIPES[recipe].activation * s * b * h
-    tp_bytes = (4 * L + 2 * full) * 2 * (t - 1) / t * act * micro_batches
-    psi = shaped.params(t)
-    d = layout.dp
-    link = inter if layout.gpus > node else intra
-    ring = (d - 1) / d
-    if layout.zero == 3:
-        dp_bytes = ring * psi * sm.RECIPES[recipe].param * 2 * micro_batches \
-            + ring * psi * sm.RECIPES[recipe].grad
-    else:
-        dp_bytes = 2 * ring * psi * sm.RECIPES[recipe].grad
-    big = max(mem.transients.items(), key=lambda kv: kv[1])
-    return Option(layout, base, full, mem.peak, dict(mem.terms), big,
-                  micro_batches * rec / t, compute, tp_bytes / intra, dp_bytes / link)
+    mfu = step_time.model_flops(model, batch) / o.step_s / gpus / roofline.peak_flops(gpu, dtype)
+    return [f"  micro-batch {lay.micro_batch} x {o.micro_batches} a step (batch {batch}); "
+            f"recompute: {o.recompute_text(model.layers)}",
+            f"  peak per GPU{stage} {o.peak / GIB:.2f} GiB = " + " + ".join(
+                f"{k} {v / GIB:.2f}" for k, v in mem.terms.items()) + f" + {big[0]} "
+            f"{big[1] / GIB:.2f}",
+            f"  step {o.step_s:.3g} s = {_terms(o)}; MFU {mfu:.1%} (model FLOPs / step / GPUs "
+            "/ peak)"]
 
 
-def layouts(model, gpus: int, gpu: str, micro_batch: int, sp_too: bool = True) -> list:
-    node = LINKS[roofline.spec(gpu)["name"]][0]
-    out, t = [], 1
-    while t <= min(node, gpus):
-        if gpus % t == 0 and model.heads % t == 0 and model.hidden % t == 0:
-            d = gpus // t
-            for sp in ((False, True) if t > 1 and sp_too else (False,)):
-                for zero in (range(4) if d > 1 else (0,)):
-                    out.append(sm.Layout(d, t, sp, zero, micro_batch))
-        t *= 2
-    return out
+def nothing_fits(rows: list, gpus: int, batch) -> str:
+    reasons = [o for _, o in rows if isinstance(o, str)]
+    memory = sum(r.startswith("needs") for r in reasons)
+    split = len(reasons) - memory
+    if not rows:
+        return f"NOTHING FITS: no layout of {gpus} GPUs (t within a node must divide the heads)"
+    if memory == 0:
+        return (f"NOTHING FITS: the batch {batch} divides no layout of the {gpus} GPUs (d, and "
+                "d x micro-batch, must divide it; see the reasons below)")
+    need = "1 layout needs" if memory == 1 else f"{memory} layouts need"
+    return (f"NOTHING FITS: {need} more memory than the GPU has"
+            + (f", {split} cannot split the batch {batch}" if split else ""))
 
 
-def plan(model, gpus: int, gpu: str, memory: float, batch: int | None = None,
-         micro_batch: int = 1, recipe: str = "bf16") -> tuple:
-    """(the chosen Option or None, per layout its cheapest fitting Option or the reason none
-    fits). batch: global batch (default: one micro-batch per data-parallel rank)."""
-    rows = []
-    for layout in layouts(model, gpus, gpu, micro_batch):
-        per_rank = batch if batch is not None else layout.dp * micro_batch
-        if per_rank % (layout.dp * micro_batch):
-            rows.append((layout, f"batch {per_rank} is not a multiple of d x micro-batch = "
-                                 f"{layout.dp * micro_batch}"))
-            continue
-        m = per_rank // (layout.dp * micro_batch)
-        best = None
-        for base in BASES:
-            for full in range(model.layers + 1):
-                opt = evaluate(model, layout, recipe, base, full, m, gpu)
-                if opt.peak <= memory:
-                    if best is None or (opt.recompute_flops, opt.step_s) < \
-                            (best.recompute_flops, best.step_s):
-                        best = opt
-                    break
-        if best is None:
-            least = evaluate(model, layout, recipe, "none", model.layers, m, gpu)
-            term = max(least.terms.items(), key=lambda kv: kv[1])
-            rows.append((layout, f"needs {least.peak / GIB:.1f} GiB even with full recompute; "
-                                 f"largest term {term[0]} {term[1] / GIB:.1f} GiB"))
-        else:
-            rows.append((layout, best))
-    fits = [r[1] for r in rows if isinstance(r[1], Option)]
-    chosen = min(fits, key=lambda o: (o.recompute_flops, o.step_s, o.peak), default=None)
-    return chosen, rows
-
-
-def _layout_text(lay: sm.Layout) -> str:
-    return (f"t={lay.tp}{' +SP' if lay.sp else ''} d={lay.dp} "
-            f"{'FSDP/ZeRO-3' if lay.zero == 3 else f'ZeRO-{lay.zero}'}")
-
-
-def report(model, chosen, rows, gpus, gpu, memory, recipe) -> str:
+def report(model, chosen, rows, gpus, gpu, memory, recipe, loss="torch",
+           achievable=step_time.ACHIEVABLE, compare=None, everything=False,
+           batch=None) -> str:
     name = roofline.spec(gpu)["name"]
     lines = [f"plan: GPT L={model.layers} h={model.hidden} a={model.heads} s={model.seq} "
              f"V={model.vocab} ({model.params() / 1e9:.2f}B parameters), {recipe}, on {gpus} "
-             f"x {name} with {memory / GIB:.0f} GiB each (every number modeled)"]
+             f"x {name} with {memory / GIB:.3g} GiB each (every number modeled)",
+             f"  loss: {sm.LOSSES[loss]}",
+             f"  compute at {achievable:g} of the peak (fitted on published runs: bench "
+             "plan-check); data-parallel traffic overlapped as ckptlab.measure.step_time says"]
     if chosen is None:
-        lines.append("NOTHING FITS: every layout needs more memory than the GPU has")
+        lines.append(nothing_fits(rows, gpus, batch))
     else:
-        c = chosen
-        lines += [f"chosen: {_layout_text(c.layout)}, micro-batch {c.layout.micro_batch}; "
-                  f"recompute: {c.recompute_text(model.layers)}",
-                  "  peak per GPU " + f"{c.peak / GIB:.2f} GiB = " + " + ".join(
-                      f"{k} {v / GIB:.2f}" for k, v in c.terms.items())
-                  + f" + {c.transient[0]} {c.transient[1] / GIB:.2f}",
-                  f"  recompute {c.recompute_flops / 1e12:.1f} TFLOP per GPU per step; step "
-                  f"{c.step_s:.2f} s (compute {c.compute_s:.2f} s at peak, tensor-parallel "
-                  f"comm {c.tp_comm_s:.2f} s, data-parallel comm {c.dp_comm_s:.2f} s overlapped)"]
-    lines += ["", f"{'layout':<24} {'recompute':<44} {'peak GiB':>9} {'recomp TF':>10} "
-              f"{'step s':>8}"]
-    order = sorted(rows, key=lambda r: (0, r[1].recompute_flops, r[1].step_s)
-                   if isinstance(r[1], Option) else (1, 0, 0))
-    for lay, o in order:
-        if isinstance(o, Option):
-            lines.append(f"{_layout_text(lay):<24} {o.recompute_text(model.layers):<44} "
-                         f"{o.peak / GIB:>9.2f} {o.recompute_flops / 1e12:>10.1f} "
-                         f"{o.step_s:>8.2f}")
+        lines += [f"chosen: {layout_text(chosen.layout)}"] + _describe(chosen, model, gpus, gpu,
+                                                                       recipe)
+        second = planner.runner_up(chosen, rows)
+        if second is not None:
+            lines += [f"runner-up: {layout_text(second.layout)}, step {second.step_s:.3g} s "
+                      f"({second.step_s / chosen.step_s - 1:+.1%}): it loses on "
+                      f"{planner.why_faster(chosen, second)}"]
+    if compare is not None:
+        lay, opt = compare
+        if isinstance(opt, Option):
+            verdict = ("as fast as the plan" if opt.step_s <= chosen.step_s
+                       else f"{opt.step_s / chosen.step_s - 1:+.1%} against the plan: it loses "
+                       f"on {planner.why_faster(chosen, opt)}")
+            lines += [f"your layout: {layout_text(opt.layout)}, step {opt.step_s:.3g} s, "
+                      f"{verdict}"] + _describe(opt, model, gpus, gpu, recipe)
         else:
-            lines.append(f"{_layout_text(lay):<24} does not fit: {o}")
+            lines.append(f"your layout: {lay}: does not fit: {opt}")
+    fits = sorted((o for _, o in rows if isinstance(o, Option)), key=lambda o: o.step_s)
+    best: dict = {}
+    for o in fits:
+        best.setdefault(planner.family(o.layout), o)
+    shown = list(best.values()) if everything else list(best.values())[:12]
+    lines += ["", f"{'layout':<30}{'b':>3}{'m':>5}  {'recompute':<42}{'peak GiB':>9}"
+              f"{'step s':>9}"]
+    for o in shown:
+        lines.append(f"{layout_text(o.layout):<30}{o.layout.micro_batch:>3}"
+                     f"{o.micro_batches:>5}  {o.recompute_text(model.layers)[:42]:<42}"
+                     f"{o.peak / GIB:>9.2f}{o.step_s:>9.3g}")
+    if len(best) > len(shown):
+        lines.append(f"... and {len(best) - len(shown)} more layouts that fit (--all)")
+    bad = {}
+    for lay, o in rows:
+        if isinstance(o, str) and planner.family(lay) not in best:
+            bad.setdefault(planner.family(lay), (lay, o))
+    for lay, o in list(bad.values())[: None if everything else 8]:
+        lines.append(f"{layout_text(lay):<30} does not fit: {o}")
+    if len(bad) > 8 and not everything:
+        lines.append(f"... and {len(bad) - 8} more that do not fit (--all)")
     return "\n".join(lines)
 
 
+def _int(cfg: dict, key: str, path) -> int:
+    x = cfg.get(key)
+    if x is None:
+        raise UsageError(f"--hf-config: no {key!r} in {path}")
+    if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+        raise UsageError(f"--hf-config {path}: {key} must be a positive integer, got {x!r}")
+    return x
+
+
 def hf_config(path) -> sm.GPTShape:
-    """A GPT-2 config.json (Hugging Face's keys) as a GPTShape; nothing is downloaded."""
+    """A GPT-2 config.json (Hugging Face's keys) as a GPTShape; nothing is downloaded. Every
+    value is checked before anything is planned."""
     try:
         cfg = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, UnicodeDecodeError) as e:
         raise UsageError(f"--hf-config {path}: cannot read a JSON config ({e})") from None
+    if not isinstance(cfg, dict):
+        raise UsageError(f"--hf-config {path}: expected a JSON object of settings, got a "
+                         f"{type(cfg).__name__}")
     if cfg.get("model_type") not in (None, "gpt2"):
         raise UsageError(f"--hf-config: model_type {cfg.get('model_type')!r}: only GPT-2's "
                          "layer (4h GeLU MLP, LayerNorm) is modeled; a Llama's SwiGLU MLP and "
                          "RMSNorm are not Korthikanti's layer")
-    try:
-        return sm.GPTShape(cfg["n_layer"], cfg["n_embd"], cfg["n_head"], cfg["n_positions"],
-                           cfg["vocab_size"], tied=cfg.get("tie_word_embeddings", True))
-    except KeyError as e:
-        raise UsageError(f"--hf-config: no {e} in {path}") from None
+    L, h, a = (_int(cfg, k, path) for k in ("n_layer", "n_embd", "n_head"))
+    s, V = _int(cfg, "n_positions", path), _int(cfg, "vocab_size", path)
+    tied = cfg.get("tie_word_embeddings", True)
+    if not isinstance(tied, bool):
+        raise UsageError(f"--hf-config {path}: tie_word_embeddings must be true or false, got "
+                         f"{tied!r}")
+    if h % a:
+        raise UsageError(f"--hf-config {path}: n_head = {a} must divide n_embd = {h}")
+    return sm.GPTShape(L, h, a, s, V, tied=tied)
 
 
 def model_of(text: str) -> sm.GPTShape:
@@ -228,10 +189,37 @@ def model_of(text: str) -> sm.GPTShape:
     if m is None:
         raise UsageError(f"--model: expected one of {sorted(MODELS)} or gpt:L,h,a,s,V, got "
                          f"{text!r}")
-    L, h, a, s, V = map(int, m.groups())
-    if min(L, h, a, s, V) < 1 or h % a:
+    L, h, a, s, V = (int(x) if len(x) < 12 else math.inf for x in m.groups())
+    if min(L, h, a, s, V) < 1 or math.inf not in (L, h, a, s, V) and h % a:
         raise UsageError(f"--model {text}: sizes must be positive and heads must divide h")
+    if math.inf in (L, h, a, s, V):
+        raise UsageError(f"--model {text}: a size with 12 digits or more is more than the "
+                         "planner models")
     return sm.GPTShape(L, h, a, s, V)
+
+
+def _compare(text: str, model, gpus, gpu, memory, batch, micro_batch, recipe, loss,
+             achievable):
+    """(label, the best Option of the layout t, p, or why it does not fit)."""
+    m = re.fullmatch(r"(\d{1,4}),(\d{1,5})", text or "")
+    if m is None:
+        raise UsageError(f"--compare: expected T,P (tensor and pipeline sizes), got {text!r}")
+    t, p = map(int, m.groups())
+    label = f"t={t} p={p}"
+    rows = [(lay, o) for lay, o in planner.layouts(model, gpus, gpu, batch, micro_batch)
+            if lay.tp == t and lay.pp == p]
+    if not rows:
+        return label, (f"t = {t}, p = {p} is not a layout of {gpus} GPUs here (t a power of two "
+                       "within a node dividing the heads; p dividing the layers and GPUs / t)")
+    best = None
+    for lay, o in rows:
+        if isinstance(o, str):
+            continue
+        opt = planner.best_option(model, lay, o, gpu, memory, recipe, loss,
+                                  achievable=achievable)
+        if opt is not None and (best is None or opt.step_s < best.step_s):
+            best = opt
+    return label, best if best is not None else "no micro-batch, sharding or recompute fits"
 
 
 def main(argv=None) -> int:
@@ -241,13 +229,22 @@ def main(argv=None) -> int:
     p.add_argument("--hf-config", help="a GPT-2 config.json instead of --model")
     p.add_argument("--gpu", default="a100", help="a GPU of ckptlab.measure.roofline's table")
     p.add_argument("--gpus", type=positive_int, default=1)
-    p.add_argument("--memory-gb", type=float, required=True, help="GiB per GPU")
-    p.add_argument("--batch", type=positive_int, help="global batch (default: d x micro)")
-    p.add_argument("--micro-batch", type=positive_int, default=1)
+    p.add_argument("--memory-gb", type=positive_float, required=True, help="GiB per GPU")
+    p.add_argument("--batch", type=positive_int, help="global batch in sequences (default: one "
+                   "micro-batch per pipeline)")
+    p.add_argument("--micro-batch", type=positive_int, help="fix the micro-batch (default: "
+                   "the planner tries powers of two up to 16)")
     p.add_argument("--recipe", choices=sorted(sm.RECIPES), default="bf16")
+    p.add_argument("--loss", choices=sorted(sm.LOSSES), default="torch")
+    p.add_argument("--achievable", type=positive_float, default=step_time.ACHIEVABLE,
+                   metavar="F", help="fraction of the peak the arithmetic reaches, in (0, 1]")
+    p.add_argument("--compare", metavar="T,P", help="also evaluate tensor size T x pipeline P")
+    p.add_argument("--all", action="store_true", help="list every layout")
     p.add_argument("--sequential", help="MODULE:FACTORY returning a torch.nn.Sequential")
     p.add_argument("--input-shape", help="with --sequential: one GPU's input, e.g. 64,512")
     a = p.parse_args(argv)
+    if a.achievable > 1:
+        raise UsageError(f"--achievable: expected a fraction in (0, 1], got {a.achievable}")
     model = hf_config(a.hf_config) if a.hf_config else model_of(a.model)
     try:
         name = roofline.spec(a.gpu)["name"]
@@ -256,8 +253,6 @@ def main(argv=None) -> int:
     if name not in LINKS:
         raise UsageError(f"--gpu {a.gpu}: no interconnect figures for {name}; expected one of "
                          f"{sorted(LINKS)}")
-    if not a.memory_gb > 0:
-        raise UsageError(f"--memory-gb: expected a positive number, got {a.memory_gb}")
     memory = a.memory_gb * GIB
     if a.sequential:
         from ckptlab.cli import plan_sequential
@@ -267,8 +262,18 @@ def main(argv=None) -> int:
         rows = plan_sequential.plan(modules, x, a.gpus, a.gpu, memory, a.recipe)
         print(plan_sequential.report(rows, a.gpus, a.gpu, memory))
         return 0 if any("plan" in r for r in rows) else 1
-    chosen, rows = plan(model, a.gpus, a.gpu, memory, a.batch, a.micro_batch, a.recipe)
-    print(report(model, chosen, rows, a.gpus, a.gpu, memory, a.recipe))
+    try:
+        planner.check_limits(model, a.gpus, a.batch, a.micro_batch)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    kw = dict(recipe=a.recipe, loss=a.loss, achievable=a.achievable)
+    compare = None
+    if a.compare:
+        compare = _compare(a.compare, model, a.gpus, a.gpu, memory, a.batch, a.micro_batch,
+                           **kw)
+    chosen, rows = plan(model, a.gpus, a.gpu, memory, a.batch, a.micro_batch, **kw)
+    print(report(model, chosen, rows, a.gpus, a.gpu, memory, a.recipe, a.loss, a.achievable,
+                 compare, a.all, a.batch))
     return 0 if chosen is not None else 1
 
 

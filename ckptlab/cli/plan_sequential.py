@@ -13,8 +13,9 @@ dtype on this machine's CPU.
 from __future__ import annotations
 
 import importlib
+import math
 
-from ckptlab.cli.report import UsageError
+from ckptlab.cli.report import UsageError, check_bytes
 from ckptlab.measure import roofline
 from ckptlab.measure import step_memory as sm
 from ckptlab.recompute import schedules
@@ -28,15 +29,6 @@ def load(spec: str, shape: str):
         import torch
     except ImportError:
         raise UsageError("--sequential needs PyTorch (pip install -e '.[torch]')") from None
-    mod, _, name = spec.partition(":")
-    try:
-        factory = getattr(importlib.import_module(mod), name)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise UsageError(f"--sequential {spec}: cannot load it ({e})") from None
-    chain = factory()
-    if not isinstance(chain, torch.nn.Sequential) or len(chain) < 1:
-        raise UsageError(f"--sequential {spec}: expected a non-empty torch.nn.Sequential, got "
-                         f"{type(chain).__name__}")
     try:
         dims = [int(v) for v in shape.split(",")]
     except ValueError:
@@ -44,6 +36,24 @@ def load(spec: str, shape: str):
     if not dims or min(dims) < 1:
         raise UsageError(f"--input-shape: expected positive ints separated by commas, got "
                          f"{shape!r}")
+    check_bytes(4 * math.prod(dims), f"--input-shape {shape} (fp32)", "emu",
+                hint="choose a smaller input")
+    mod, _, name = spec.partition(":")
+    try:
+        factory = getattr(importlib.import_module(mod), name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise UsageError(f"--sequential {spec}: cannot load it ({e})") from None
+    if not callable(factory):
+        raise UsageError(f"--sequential {spec}: {name!r} is a {type(factory).__name__}, not a "
+                         "function that builds the chain")
+    try:
+        chain = factory()
+    except Exception as e:  # the user's code: its failure is the message, not a traceback
+        raise UsageError(f"--sequential {spec}: {name}() raised {type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")) from None
+    if not isinstance(chain, torch.nn.Sequential) or len(chain) < 1:
+        raise UsageError(f"--sequential {spec}: expected a non-empty torch.nn.Sequential, got "
+                         f"{type(chain).__name__}")
     return list(chain), torch.randn(*dims, generator=torch.Generator().manual_seed(0))
 
 

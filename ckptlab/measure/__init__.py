@@ -10,7 +10,13 @@
                  naive/stored/flash decomposition; when recompute stops paying
     at_scale.py  Korthikanti et al.'s activation memory of a transformer layer at scale
     step_memory.py  a training step's bytes per GPU: model states by ZeRO stage and recipe,
-                 activations, FSDP's gathered units, the logits
+                 activations per pipeline stage, FSDP's gathered units, the loss's buffers
+                 (model_shape.py: the GPTShape and Layout it is asked about)
+    pipeline.py  1F1B and interleaved schedules: micro-batches in flight, bubble, p2p bytes
+    step_time.py a step's modeled seconds: compute, attention (timemodel), communication by
+                 parallelism and ZeRO stage, the bubble
+    planner.py   the fastest layout that fits (what `python -m ckptlab plan` prints)
+    published.py, published_runs.py  the published measurements the models are held against
     plots.py     memory / time / bytes against N, the roofline, memory traces, Pareto fronts
     tradeoff_plots.py  memory against speed (and against FLOPs), per method or schedule
 

@@ -272,8 +272,8 @@ def s_exceeds_l2_from(device, B: int = 1, H: int = 1, score_bytes: int = SCORE_B
     """The smallest power-of-two N at which stored's S (B H N^2 scores of score_bytes) is larger
     than `device`'s L2. Unique bytes are a lower bound on a launch's DRAM traffic with a cold
     cache (what Nsight Compute's default cache control gives each launch); in back-to-back
-    timed runs a smaller S can stay in L2 between stored's forward and backward, and the DRAM
-    traffic fall below the summed unique bytes. From this N on it cannot."""
+    timed runs a smaller S can stay in L2 between stored's forward and backward. From this N on
+    S cannot stay in L2 whole; up to the L2's size of it still can (traffic that much lower)."""
     l2 = roofline.spec(device)["l2_bytes"]
     n = 1
     while B * H * n * n * score_bytes <= l2:

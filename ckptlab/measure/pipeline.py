@@ -1,0 +1,120 @@
+"""Pipeline parallelism on paper: which layers a stage holds, how many micro-batches' activations
+it keeps in flight, the bubble, and the bytes sent between stages. Every number is *modeled*.
+
+The L layers are split over p stages (GPUs along the pipeline), each stage into v chunks of
+L / (p v) layers (v = 1: one chunk a stage). Megatron-LM's placement (Narayanan et al. 2021,
+"Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", SC'21,
+section 2.2): chunk c of stage i holds layers [(c p + i) n, (c p + i + 1) n), n = L / (p v); the
+token and position embeddings sit on stage 0, the final LayerNorm and the head (logits, loss)
+on stage p - 1. Megatron refuses a split that does not divide (its assertion "num_layers should
+be divisible by pipeline-model-parallel-size", and by p v with virtual stages); so does this
+module, with the reason.
+
+Schedules (m micro-batches a step, a micro-batch's forward + backward on one chunk t_f + t_b):
+  1f1b          PipeDream-Flush (Narayanan et al. 2021, section 2.2.1): stage i runs
+                p - i - 1 warm-up forwards, then alternates one forward and one backward, so it
+                holds at most min(p - i, m) micro-batches' activations: the first stage the most.
+                Step = (m + p - 1)(t_f + t_b); the bubble (idle share) (p - 1) / m.
+  interleaved   the interleaved 1F1B (section 2.2.2): v chunks a stage, bubble (p - 1) / (v m),
+                v times the point-to-point traffic. Megatron-LM's schedule
+                (megatron/core/pipeline_parallel/schedules.py,
+                forward_backward_pipelining_with_interleaving): stage i runs
+                2 (p - i - 1) + (v - 1) p warm-up forwards (all m v of them when m = p), the k-th
+                forward on chunk (k mod p v) // p, and needs m to be a multiple of p. The first
+                stage holds p + (p - 1) / v micro-batches' worth of one stage's activations
+                (Korthikanti et al. 2022, section 4.2.3: "p (1 + (p - 1) / (p m))" with their
+                m = v), more than 1F1B's p.
+
+Point-to-point: each micro-batch crosses every stage boundary once forward (the activation,
+s b h values) and once backward (its gradient); v times with virtual stages. With Narayanan's
+scatter/gather optimisation (section 4.1, on in Megatron-LM by default when t > 1) or sequence
+parallelism each of the t tensor-parallel ranks sends its 1/t share over InfiniBand and the
+receiving stage all-gathers it over NVLink.
+"""
+
+from __future__ import annotations
+
+SCHEDULES = ("1f1b", "interleaved")
+
+
+def _count(name: str, x) -> None:
+    if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+        raise ValueError(f"{name}: expected a positive int, got {x!r}")
+
+
+def layers_per_chunk(layers: int, p: int, v: int = 1) -> int:
+    """L / (p v), the layers of one chunk; ValueError when p v does not divide L."""
+    for name, x in (("layers", layers), ("p", p), ("v", v)):
+        _count(name, x)
+    if v > 1 and p < 2:
+        raise ValueError(f"v = {v} virtual stages need a pipeline (p >= 2), got p = {p}")
+    if layers % (p * v):
+        what = f"p = {p}" if v == 1 else f"p x v = {p} x {v} = {p * v}"
+        raise ValueError(f"{what} must divide the {layers} layers (Megatron-LM splits them "
+                         "evenly; choose a p that divides L)")
+    return layers // (p * v)
+
+
+def chunk_layers(stage: int, chunk: int, layers: int, p: int, v: int = 1) -> range:
+    """The layers chunk `chunk` of stage `stage` holds (Megatron's placement)."""
+    n = layers_per_chunk(layers, p, v)
+    if not (0 <= stage < p and 0 <= chunk < v):
+        raise ValueError(f"stage, chunk: expected 0 <= stage < {p} and 0 <= chunk < {v}, got "
+                         f"{stage}, {chunk}")
+    first = (chunk * p + stage) * n
+    return range(first, first + n)
+
+
+def check_micro_batches(m: int, p: int, v: int = 1) -> None:
+    """Megatron's interleaved schedule needs m a multiple of p."""
+    _count("micro-batches m", m)
+    if v > 1 and m % p:
+        raise ValueError(f"the interleaved schedule needs the micro-batches m = {m} to be a "
+                         f"multiple of p = {p} (Megatron-LM's requirement)")
+
+
+def in_flight(stage: int, p: int, m: int, v: int = 1) -> list[int]:
+    """Per chunk of `stage`, the micro-batches whose activations it holds at its peak (just
+    before its first backward): min(p - i, m) with 1F1B; with v chunks, the first q forwards of
+    Megatron's order, q = min(2 (p - i - 1) + (v - 1) p + 1, m v) (m v when m = p)."""
+    _count("p", p)
+    _count("v", v)
+    if not 0 <= stage < p:
+        raise ValueError(f"stage: expected 0 <= stage < {p}, got {stage!r}")
+    check_micro_batches(m, p, v)
+    if v == 1:
+        return [min(p - stage, m)]
+    q = m * v if m == p else min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v)
+    counts = [0] * v
+    # the k-th forward runs chunk (k mod p v) // p; only the counts per chunk matter here, so
+    # whole groups of p v forwards are counted at once (q can be large)
+    whole, rest = divmod(q, p * v)
+    for c in range(v):
+        counts[c] = whole * p + min(max(rest - c * p, 0), p)
+    return counts
+
+
+def bubble_fraction(p: int, m: int, v: int = 1) -> float:
+    """(p - 1) / (v m): the pipeline's idle time over its ideal time (Narayanan et al. 2021,
+    sections 2.2.1-2.2.2)."""
+    _count("p", p)
+    _count("v", v)
+    check_micro_batches(m, p, v)
+    return (p - 1) / (v * m)
+
+
+def step_units(p: int, m: int, v: int = 1) -> float:
+    """A step's time in units of one micro-batch's forward + backward on a whole stage:
+    m + (p - 1) / v (the ideal m, plus the bubble)."""
+    return m * (1 + bubble_fraction(p, m, v))
+
+
+def p2p_bytes(s: int, b: int, h: int, t: int = 1, scatter: bool = True,
+              bytes_per_value: int = 2) -> int:
+    """Bytes one GPU sends across one stage boundary per micro-batch and direction: the s b h
+    activation (or its gradient); 1/t of it when each tensor-parallel rank sends its share
+    (`scatter`: sequence parallelism, or Narayanan's scatter/gather, on in Megatron-LM by
+    default), the receiver all-gathering the rest over NVLink."""
+    for name, x in (("s", s), ("b", b), ("h", h), ("t", t), ("bytes_per_value", bytes_per_value)):
+        _count(name, x)
+    return s * b * h * bytes_per_value // (t if scatter else 1)

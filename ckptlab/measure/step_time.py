@@ -1,0 +1,251 @@
+"""A training step's time on a layout of GPUs, modeled: compute at an achievable fraction of the
+peak, attention from the lab's own time model, the communication each kind of parallelism and
+each ZeRO stage does, and the pipeline's bubble. Every number here is *modeled*.
+
+    st = step_time(GPTShape(96, 12288, 96, 2048, 51200), Layout(dp=16, tp=8, pp=8, sp=True),
+                   "A100", recipe="bf16-fp32grad", recompute="selective", micro_batches=12)
+    st.step_s, st.terms                              # seconds, and what they are made of
+
+Per micro-batch on one pipeline stage (L / p layers), forward then backward:
+  matmuls     QKV, projection and MLP, 24 b s h^2 / t a layer forward, twice that backward, and
+              the head 2 b s h V / t forward, twice backward (last stage), at ACHIEVABLE x the
+              GPU's peak for the recipe's dtype (ckptlab.measure.roofline).
+  attention   the core (Q K^T, softmax, P V) from ckptlab.measure.timemodel, a head's a / t heads
+              at head dim h / a: launches one after another, each a launch cost plus waves at the
+              roofline (its unique-bytes bound), compute at the same ACHIEVABLE. Standard
+              attention (recompute none, selective) is timemodel's "stored": the fused pair that
+              writes the N x N scores to HBM and reads them back, every score computed (as
+              Megatron's masked softmax does); FlashAttention ("flash") is timed causal, masked
+              tiles skipped. Selective recompute reruns the forward launches in the backward.
+  recompute   a layer recomputed whole reruns its forward (matmuls, attention, collectives).
+  tensor par. Megatron's two all-reduces of the s b h activations a layer forward, two backward
+              (Shoeybi et al. 2019, Fig. 4: the f and g operators), and two more for a layer
+              recomputed whole; with sequence parallelism all-gathers and reduce-scatters of the
+              same bytes (Korthikanti et al. 2022, section 4.2.2). Ring: an all-reduce moves
+              2 (t-1)/t of the buffer per GPU, an all-gather or reduce-scatter (t-1)/t, over
+              NVLink inside a node. On the critical path (not overlapped). The loss: Megatron's
+              fused one all-reduces three s b fp32 vectors; PyTorch's needs the logits gathered.
+  pipeline    p2p: the activation forward and its gradient backward across each of the v stage
+              boundaries a micro-batch crosses on this GPU (ckptlab.measure.pipeline.p2p_bytes:
+              1/t a GPU, scatter/gather, then an all-gather over NVLink), on the critical
+              path. A step runs m + (p - 1) / v micro-batches' time of the slowest stage (the
+              bubble: (p - 1) / (v m) of the ideal).
+Per step:
+  data par.   ZeRO-0 (DDP): an all-reduce of the gradients; ZeRO-1 and Megatron's distributed
+              optimizer: a reduce-scatter of the gradients and an all-gather of the updated
+              parameters, once a step (the same bytes). ZeRO-2: a reduce-scatter after every
+              micro-batch's backward (each rank keeps only its shard: DeepSpeed issue #2252, a
+              maintainer), and the all-gather once; ZeRO-3 (FSDP): per micro-batch an all-gather
+              of the parameters in the forward, another in the backward, a reduce-scatter of the
+              gradients. Over InfiniBand when the group spans nodes (ranks ordered tensor, data,
+              pipeline, as Megatron-LM orders them), else NVLink. Overlap, stated: a step's
+              gradient reduction hides behind the last micro-batch's backward (DDP's buckets,
+              Megatron's --overlap-grad-reduce), each ZeRO-2 reduce-scatter behind its micro-
+              batch's backward, ZeRO-3's gathers behind the forward and backward they prefetch
+              for; the rest is exposed. The parameter all-gather after the optimizer is exposed.
+  optimizer   Adam's update reads and writes the fp32 master weights and both moments, reads the
+              gradient and writes the 16-bit weight: (24 + grad + param) bytes a parameter of
+              the shard, at the HBM bandwidth.
+  element-w.  LayerNorm, the bias-GeLU and the bias-dropout-residual adds, memory-bound: their
+              bytes (elementwise_bytes) at the HBM bandwidth, the backward twice the forward's.
+Left out: the tied embedding's all-reduce between the first and last stages, the data loader,
+kernels overlapping, clocks below boost, stragglers, network contention.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+from ckptlab.measure import offload, pipeline, roofline, timemodel
+from ckptlab.measure import step_memory as sm
+
+LINKS = {  # GPU -> (GPUs a node, bytes/s per direction within a node, across nodes per GPU)
+    # A100 datasheet: NVLink 600 GB/s (both directions); DGX A100 datasheet: 8 GPUs, 8x
+    # ConnectX-6 200 Gb/s HDR InfiniBand (one per GPU): 25 GB/s
+    "A100-SXM4-80GB": (8, 300e9, 25e9),
+    # H100 / H200 datasheets: NVLink 900 GB/s; DGX H100 / H200: 8x ConnectX-7 400 Gb/s NDR
+    "H100-SXM5-80GB": (8, 450e9, 50e9),
+    "H200-SXM-141GB": (8, 450e9, 50e9),
+    # PCIe cards: PCIe 4.0 x16 both ways (ckptlab.measure.offload.LINKS)
+    "L4": (8, offload.LINKS["PCIe 4.0 x16"], offload.LINKS["PCIe 4.0 x16"]),
+    "RTX-4090": (1, offload.LINKS["PCIe 4.0 x16"], offload.LINKS["PCIe 4.0 x16"]),
+}
+# The fraction of the peak the arithmetic reaches. One constant, fitted by `python -m ckptlab
+# bench plan-check --fit` on the calibration rows named in ckptlab.measure.published_runs
+# (CALIBRATION) and held against the others; tests/test_plan_check.py refits it and fails if
+# this value drifts from the fit.
+ACHIEVABLE = 0.555
+ATTENTION = {"none": "stored", "selective": "stored", "flash": "flash"}  # base -> timemodel's
+
+
+@functools.lru_cache(maxsize=64)
+def _spec(gpu: str) -> dict:
+    return roofline.spec(gpu)
+
+
+def links(gpu) -> tuple[int, float, float]:
+    name = _spec(gpu)["name"]
+    if name not in LINKS:
+        raise ValueError(f"gpu: no interconnect figures for {name}; expected one of "
+                         f"{sorted(LINKS)}")
+    return LINKS[name]
+
+
+@functools.lru_cache(maxsize=4096)
+def attention_s(method: str, b: int, heads: int, s: int, d: int, gpu: str, dtype: str,
+                achievable: float) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer's attention core on one GPU (its `heads`),
+    timemodel's unique-bytes bound; standard attention every score, flash causal."""
+    mt = timemodel.method_time(method, b, heads, s, s, d, gpu, causal=method == "flash",
+                               dtype=dtype, achievable=achievable)
+    fwd = sum(x.seconds for x in mt.launches["unique"] if "bwd" not in x.kernel)
+    return fwd, mt.lower - fwd
+
+
+@dataclass
+class StepTime:
+    """Seconds of one step and its parts (all modeled). terms: the step's critical path."""
+
+    terms: dict = field(default_factory=dict)
+    micro_batch_s: float = 0.0  # the slowest stage's forward + backward of one micro-batch
+    stage: int = 0
+    parts: dict = field(default_factory=dict)  # per micro-batch on that stage, by kind
+    dp_bytes: float = 0.0  # bytes a GPU sends for data parallelism in a step
+
+    @property
+    def step_s(self) -> float:
+        return sum(self.terms.values())
+
+
+def _ring(n: int) -> float:
+    return (n - 1) / n
+
+
+def elementwise_bytes(s: int, b: int, h: int, t: int = 1, sp: bool = False, w: int = 2) -> int:
+    """HBM bytes of one layer's forward outside its matmuls and attention core: the fused
+    kernels Megatron-LM runs between its GEMMs, each reading its inputs and writing its output
+    once (w bytes a value, masks 1 byte). Per s b h: LayerNorm 2 x (read, write) 4w; the two
+    bias-dropout-residual adds 2 x (read the output and the residual, write, the mask) 2 (3w + 1)
+    (both replicated over t, split with SP); the QKV bias (read, write 3h) 6w and the fused
+    bias-GeLU (read, write 4h) 8w, split over t."""
+    sbh = s * b * h
+    replicated = (4 * w + 2 * (3 * w + 1)) * sbh
+    return (replicated // t if sp else replicated) + 14 * w * sbh // t
+
+
+def stage_parts(model, layout, gpu, rec, base, k, loss, stage, achievable) -> dict:
+    """Per micro-batch on pipeline stage `stage`: seconds forward and backward by kind."""
+    s, b, h, a, V = model.seq, layout.micro_batch, model.hidden, model.heads, model.vocab
+    t, p, v = layout.tp, layout.pp, layout.vp
+    dtype = "fp32" if rec.name == "fp32" else "bf16"
+    spec = _spec(gpu)
+    peak = achievable * roofline.peak_flops(spec, dtype)
+    node, intra, inter = links(gpu)
+    n_layers = model.layers // p
+    full = k * v  # layers of this stage recomputed whole
+    w = rec.activation
+    lin = 24 * b * s * h * h / t / peak  # one layer's forward matmuls
+    af, ab = attention_s(ATTENTION[base], b, a // t, s, h // a, spec["name"], dtype,
+                         achievable)
+    coll = 2 * _ring(t) * s * b * h * w / intra  # one all-reduce (or its SP pair) of s b h
+    hbm = spec["hbm_bytes_per_s"]
+    ew = elementwise_bytes(s, b, h, t, layout.sp, w) / hbm  # one layer's forward
+    out = dict(matmul_f=n_layers * lin, matmul_b=2 * n_layers * lin,
+               attention_f=n_layers * af, attention_b=n_layers * ab,
+               elementwise_f=n_layers * ew, elementwise_b=2 * n_layers * ew,
+               tp_f=2 * n_layers * coll, tp_b=2 * n_layers * coll,
+               recompute=full * (lin + af + ew + 2 * coll), p2p=0.0)
+    if base == "selective":
+        out["recompute"] += (n_layers - full) * af  # the attention core's forward, again
+    if stage == p - 1:  # the head: logits forward, dX and dW backward; the loss's collectives
+        out["matmul_f"] += 2 * b * s * h * V / t / peak
+        out["matmul_b"] += 4 * b * s * h * V / t / peak
+        if t > 1:
+            out["tp_f"] += (3 * 2 * _ring(t) * 4 * s * b if loss == "fused"
+                            else _ring(t) * s * b * V * w) / intra
+    if p > 1:  # per chunk one transfer forward, one backward (Megatron pairs a send with the
+        # opposite receive: send_forward_recv_backward), on the slowest link of the pipeline
+        link = inter if layout.gpus > node else intra
+        share = pipeline.p2p_bytes(s, b, h, t, True, w)  # scatter/gather: 1/t each
+        out["p2p"] = v * 2 * (share / link + _ring(t) * s * b * h * w / intra)
+    return out
+
+
+def _dp(model, layout, gpu, rec, stage, m, backward_s, forward_s,
+        overlap: bool = True) -> tuple[float, float, float]:
+    """(exposed seconds, all-gather seconds after the optimizer, bytes) of data parallelism;
+    overlap=False: nothing hides behind compute."""
+    d, z = layout.dp, layout.zero
+    if d == 1:
+        return 0.0, 0.0, 0.0
+    if not overlap:
+        backward_s = forward_s = 0.0
+    node, intra, inter = links(gpu)
+    bw = inter if layout.tp * d > node else intra
+    psi = model.stage_params(layout.tp, layout.pp, stage)
+    g, p = psi * rec.grad * _ring(d), psi * rec.param * _ring(d)  # one RS / one AG, bytes
+    if z <= 1:
+        reduce = (2 * g if z == 0 else g) / bw
+        return max(0.0, reduce - backward_s), (p / bw if z == 1 else 0.0), \
+            (2 * g if z == 0 else g + p)
+    if z == 2:
+        return m * max(0.0, g / bw - backward_s), p / bw, m * g + p
+    gather_f = max(0.0, p / bw - forward_s)
+    gather_b = max(0.0, (p + g) / bw - backward_s)
+    return m * (gather_f + gather_b), 0.0, m * (2 * p + g)
+
+
+def step_time(model: sm.GPTShape, layout: sm.Layout, gpu, recipe="bf16",
+              recompute: str = "none", full_layers: int = 0, micro_batches: int = 1,
+              loss: str = "torch", achievable: float = ACHIEVABLE,
+              overlap_dp: bool = True) -> StepTime:
+    """The modeled seconds of a step of m = micro_batches micro-batches (each
+    layout.micro_batch sequences) on every pipeline; recompute as step_memory's (its per-layer
+    choice, with the first full_layers of each chunk recomputed whole). overlap_dp=False: the
+    data-parallel traffic waits for the backward to end (Megatron-LM until 2023: its local DDP
+    all-reduced the gradients after the last micro-batch), else it hides as the module says."""
+    rec = sm.recipe_of(recipe)
+    sm._check(model, layout, rec, recompute, "adam", loss, micro_batches)
+    if not (isinstance(achievable, (int, float)) and 0 < achievable <= 1):
+        raise ValueError(f"achievable: expected a fraction in (0, 1], got {achievable!r}")
+    n = model.layers // (layout.pp * layout.vp)
+    k = sm._full_layers(full_layers, n, recompute)
+    base = "none" if recompute == "full" else recompute
+    links(gpu)
+    m, p, v = micro_batches, layout.pp, layout.vp
+    best = None
+    for stage in sorted({0, p - 1}):
+        parts = stage_parts(model, layout, gpu, rec, base, k, loss, stage, achievable)
+        total = sum(parts.values())
+        if best is None or total > best[1]:
+            best = (stage, total, parts)
+    stage, mb, parts = best
+    fwd = parts["matmul_f"] + parts["attention_f"] + parts["elementwise_f"] + parts["tp_f"]
+    bwd = mb - fwd
+    dp_exposed, gather, dp_bytes = _dp(model, layout, gpu, rec, stage, m, bwd, fwd, overlap_dp)
+    node, intra, inter = links(gpu)
+    psi = model.stage_params(layout.tp, p, stage)
+    shard = psi // layout.dp if layout.zero >= 1 else psi
+    hbm = _spec(gpu)["hbm_bytes_per_s"]
+    st = StepTime(stage=stage, micro_batch_s=mb, parts=parts, dp_bytes=dp_bytes)
+    ideal = {key: m * val for key, val in parts.items()}
+    st.terms = dict(ideal, bubble=(pipeline.step_units(p, m, v) - m) * mb,
+                    dp_exposed=dp_exposed + gather,
+                    optimizer=shard * (24 + rec.grad + rec.param) / hbm)
+    return st
+
+
+def model_flops(model: sm.GPTShape, batch: int) -> float:
+    """Model FLOPs of a step of `batch` sequences: 72 B L s h^2 (1 + s/(6h) + V/(12 h L))
+    (Korthikanti et al. 2022, Eq. 7; ckptlab.measure.at_scale.step_flops)."""
+    from ckptlab.measure import at_scale
+
+    return float(at_scale.step_flops(model.seq, batch, model.hidden, model.layers, model.vocab))
+
+
+def narayanan_flops(model: sm.GPTShape, batch: int) -> float:
+    """The FLOPs Narayanan et al. 2021 count a step with full recompute (their Eq. 3):
+    96 B s L h^2 (1 + s/(6h) + V/(16 L h))."""
+    s, L, h, V = model.seq, model.layers, model.hidden, model.vocab
+    return 96 * batch * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))

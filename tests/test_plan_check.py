@@ -1,0 +1,101 @@
+"""`bench plan-check`: the step model against published training runs. The rows are the papers'
+(each cited, its printed numbers consistent with each other), the efficiency constant is what a
+fit on the named calibration rows gives (so it cannot drift), every published layout fits by
+the model, the planner is never slower than the published layout by its own model, and the
+held-out errors are reported as they are."""
+
+import pytest
+
+from ckptlab.cli import bench_plan_check as pc
+from ckptlab.cli import main as cli
+from ckptlab.measure import published_runs, step_time
+
+
+@pytest.fixture(scope="module")
+def table():
+    return pc.rows()
+
+
+def test_rows_are_the_papers_and_agree_with_themselves():
+    names = [r.name for r in published_runs.RUNS]
+    assert names[:10] == ["1.7B", "3.6B", "7.5B", "18.4B", "39.1B", "76.1B", "145.6B",
+                          "310.1B", "529.6B", "1008.0B"]
+    for k, r in enumerate(published_runs.RUNS[:10], 1):
+        assert r.source.endswith(f"Table 1, row {k} ({r.name})") and "2104.04473" in r.source
+        assert r.tflops / 312 * 100 == pytest.approx(r.published_pct, abs=0.6)  # % of peak
+        assert r.gpus % (r.t * r.p) == 0 and r.batch % r.d == 0 and r.layers % r.p == 0
+    # Narayanan's parameter count, 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)), names the rows
+    for r in published_runs.RUNS[:10]:
+        h, L = r.hidden, r.layers
+        params = 12 * L * h * h * (1 + 13 / (12 * h) + (51200 + 2048) / (12 * L * h))
+        assert abs(params / 1e9 - float(r.name[:-1])) <= 0.05  # printed to one decimal
+    for r in published_runs.RUNS[10:]:
+        assert "2205.05198" in r.source and r.sp and r.recompute == "selective"
+        # Table 5's iteration time gives the MFU it prints: model FLOPs / time / GPUs / peak
+        flops = pc.counted_flops(r)
+        mfu = flops / published_runs.ITERATION_S[r.name] / r.gpus / 312e12 * 100
+        assert mfu == pytest.approx(r.published_pct, abs=0.2)
+
+
+def test_the_constant_is_the_fit_on_the_calibration_rows():
+    assert published_runs.CALIBRATION == ("1.7B", "18.4B", "145.6B")
+    assert pc.fit() == step_time.ACHIEVABLE
+
+
+def test_targets(table):
+    assert len(table) == 14
+    assert all(r["fits"] for r in table)  # every published layout fits by the model
+    assert all(r["plan_not_slower"] for r in table)  # the planner never loses to it
+    held = [r for r in table if not r["calibration"]]
+    assert len(held) == 11
+    within = {r["run"] for r in held if abs(r["error"]) <= 0.15}
+    # reported as they are: Korthikanti's 530B and 1T (2022's software reached 57% HFU, above
+    # what a constant fitted on 2021's runs lets the arithmetic reach) miss; the rest hold
+    assert {r["run"] for r in held} - within == {"530B", "1T"}
+    for r in table:
+        assert r["modeled_tflops"] == pytest.approx(
+            pc.counted_flops(published_runs.run(r["run"])) / r["step_s"] / r["gpus"] / 1e12)
+
+
+def test_published_layouts_are_as_published(table):
+    rows = {r["run"]: r for r in table}
+    assert (rows["175B"]["t"], rows["175B"]["p"], rows["175B"]["v"], rows["175B"]["micro_batch"]) \
+        == (8, 8, 3, 1)
+    assert rows["22B"]["micro_batch"] == 4 and rows["1.7B"]["chosen_by_model"] == \
+        "micro-batch, virtual stages"
+    assert rows["175B"]["chosen_by_model"] == ""
+
+
+def test_command(capsys, tmp_path):
+    out_csv = tmp_path / "pc.csv"
+    assert cli.main(["bench", "plan-check", "--csv", str(out_csv)]) == 0
+    out = capsys.readouterr().out
+    assert "targets: every published layout fits: met" in out
+    assert "planner never slower: met" in out
+    assert "Table 1, row 10 (1008.0B)" in out and "Table 5 (MFU), row 1T" in out
+    assert out_csv.read_text().count("\n") == 15
+    assert cli.main(["bench", "plan-check", "--csv", str(tmp_path / "no" / "x.csv")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert cli.main(["bench", "plan-check", "--csv", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+    assert cli.main(["bench", "plan-check", "--csv", "/dev/full"]) == 2  # a write error
+    err = capsys.readouterr().err.strip()
+    assert "cannot write it" in err and "\n" not in err
+
+
+def test_a_slower_plan_would_be_reported(monkeypatch):
+    """The "never slower" check can fail: a planner that returned the published layout at twice
+    its time is caught and the target reported as not met."""
+    real = pc.planner.plan
+
+    def slow_plan(model, *args, **kw):
+        chosen, rows = real(model, *args, **kw)
+        slow = pc.planner.Option(chosen.layout, chosen.base, chosen.full, chosen.micro_batches,
+                                 chosen.memory, chosen.time, chosen.recompute_flops)
+        slow.time.terms["optimizer"] += 1e6
+        return slow, rows
+
+    monkeypatch.setattr(pc.planner, "plan", slow_plan)
+    rows = pc.rows(names=("22B",))
+    assert rows[0]["plan_not_slower"] is False
+    assert "planner never slower: NOT met: ['22B']" in pc.format_table(rows, 0.5)
