@@ -238,4 +238,4 @@ def test_queries_check_their_arguments(mod):
         tr.last["z"]
     with pytest.raises(LookupError, match="no traced launch"):
         with emu.trace() as empty:
-            empty.last
+            _ = empty.last

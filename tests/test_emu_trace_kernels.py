@@ -86,6 +86,8 @@ def test_flash_forward_block_reads_its_q_tile_and_the_k_v_rows_it_may_see(causal
     assert np.isfinite(O).all()
     t = tr.last
     assert t.grid == (ceil_div(Nq, Br), B * H, 1) and t.block_dim == (LANES, Br, 1)
+    if not causal:  # the kernel header's traffic in accesses: Q, O, L once, K and V Tr times
+        assert t.total_events == B * H * (2 * Nq * d + Nq + 2 * ceil_div(Nq, Br) * Nk * d)
     for x in range(ceil_div(Nq, Br)):
         q0 = x * Br
         seen = Nk  # keys its tiles cover: all, or (causal) up to its last row's last key

@@ -47,8 +47,8 @@ from . import abi
 AUTO_MIN_THREADS = abi.AUTO_MIN_THREADS  # abi.h: EMU_AUTO_MIN_THREADS
 # A launch's trace holds at most this many 16-byte events by default (64 MiB): a small launch
 # makes far fewer (SGEMM 40 x 24 x 56 with 16 x 16 tiles: 9,472 global accesses; the flash
-# forward at B = H = 1, N = 40, d = 16, Br = Bc = 16: 5,160: tests/test_emu_trace_kernels.py),
-# and a big one takes longer to analyse than to run.
+# forward at B = H = 1, N = 40, d = 16, Br = Bc = 16: 5,160; tests/test_emu_trace_kernels.py
+# checks both formulas), and a big one takes longer to analyse than to run.
 TRACE_MAX_EVENTS = 4_000_000
 
 
