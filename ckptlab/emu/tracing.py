@@ -264,7 +264,8 @@ class Tracing:
     @property
     def last(self) -> LaunchTrace:
         if not self.traces:
-            raise LookupError("no traced launch yet in this emu.trace() block")
+            raise LookupError("no traced launch yet in this emu.trace() block (launches on "
+                              "a GPU, through CuPy, are not traced)")
         return self.traces[-1]
 
 
