@@ -130,9 +130,11 @@ class ArgTrace:
             who = self.block[rows].astype(np.int64)
             if by == "thread":
                 who = who * 1024 + self.thread[rows]  # (threads per block <= 1024, abi.h)
-            pairs = np.unique(np.stack([elem, who]), axis=1) if elem.size else np.empty((2, 0),
-                                                                                      np.int64)
-            elem = pairs[0]
+            order = np.lexsort((who, elem))  # by element, then by who: repeats side by side
+            elem, who = elem[order], who[order]
+            first = np.ones(elem.size, bool)
+            first[1:] = (elem[1:] != elem[:-1]) | (who[1:] != who[:-1])
+            elem = elem[first]
         return np.bincount(elem, minlength=self.size)[:self.size].reshape(self.shape)
 
     def mask(self, kind: str = "read", block=None, thread=None) -> np.ndarray:
