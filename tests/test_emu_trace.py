@@ -8,8 +8,8 @@ from dataclasses import astuple
 import numpy as np
 import pytest
 
-from ckptlab import emu
-from ckptlab.emu import tracing
+from ckptlab import cdefs, emu
+from ckptlab.emu import abi, tracing
 
 pytestmark = pytest.mark.counted  # byte counts, bounds and race checks
 
@@ -239,3 +239,16 @@ def test_queries_check_their_arguments(mod):
     with pytest.raises(LookupError, match="no traced launch"):
         with emu.trace() as empty:
             _ = empty.last
+
+
+def test_the_event_layout_is_abi_hs():
+    """The kinds and the size field come from abi.h; the NumPy view of an event is the ctypes
+    mirror's, which every built module's layout is checked against (tests/test_constants.py)."""
+    c = cdefs.read(abi.HEADER)
+    assert abi.ACCESS_KINDS == {c["EMU_ACCESS_READ"]: "read", c["EMU_ACCESS_WRITE"]: "write",
+                                c["EMU_ACCESS_ATOMIC"]: "atomic"}
+    assert (tracing.READ, tracing.WRITE, tracing.ATOMIC) == (0, 1, 2)  # the hooks' kind codes
+    assert tracing.EVENT.itemsize == 16 and abi.TRACE_SIZE_BITS == c["EMU_TRACE_SIZE_BITS"]
+    assert "TraceEvent.where@0+8" in abi.layout() and "TraceEvent.kind@15+1" in abi.layout()
+    for name, _ in abi.TraceEvent._fields_:
+        assert tracing.EVENT.fields[name][1] == getattr(abi.TraceEvent, name).offset

@@ -107,7 +107,6 @@ struct EmuCounters {
     uint64_t unique_read[EMU_MAX_ARGS], unique_write[EMU_MAX_ARGS];
     uint64_t shared_read, shared_write, shared_atomics, threads, blocks;
     uint64_t workers;         // OS threads that ran the blocks
-    uint64_t trace_events;    // accesses traced: more than Config.trace_cap = some not recorded
 };
 struct EmuTraceEvent {        // one access of one thread to one kernel argument: 16 bytes
     uint64_t where;           // offset << EMU_TRACE_SIZE_BITS | size, in bytes

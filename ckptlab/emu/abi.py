@@ -61,7 +61,7 @@ class Counters(ctypes.Structure):
                   "unique_write")] + [
         (n, ctypes.c_uint64)
         for n in ("shared_read", "shared_write", "shared_atomics", "threads", "blocks",
-                  "workers", "trace_events")]
+                  "workers")]
 
 
 class TraceEvent(ctypes.Structure):

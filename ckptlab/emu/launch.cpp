@@ -301,7 +301,7 @@ static void finish(Counters* out) {
     }
     out->workers = static_cast<uint64_t>(g_nworkers);
     count_touched(*out);
-    trace_finish(*out);
+    trace_finish();
     for (int i = 0; i < g_nargs; ++i) free(g_args[i].shadow), g_args[i].shadow = nullptr;
     unstage_args();
     g_nargs = 0;  // the argument buffers belong to the caller: forget them
@@ -377,7 +377,6 @@ EMU_API const char* emu_abi_layout() {
     EMU_FIELD(Counters, unique_write); EMU_FIELD(Counters, shared_read);
     EMU_FIELD(Counters, shared_write); EMU_FIELD(Counters, shared_atomics);
     EMU_FIELD(Counters, threads); EMU_FIELD(Counters, blocks); EMU_FIELD(Counters, workers);
-    EMU_FIELD(Counters, trace_events);
     EMU_FIELD(Fault, kind); EMU_FIELD(Fault, has_thread); EMU_FIELD(Fault, block);
     EMU_FIELD(Fault, thread); EMU_FIELD(Fault, pc); EMU_FIELD(Fault, line);
     EMU_FIELD(Fault, file); EMU_FIELD(Fault, message);

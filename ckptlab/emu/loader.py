@@ -169,6 +169,7 @@ class RawModule:
                 ctypes.POINTER(ctypes.c_uint32), ctypes.c_uint64, ctypes.POINTER(abi.Buf),
                 ctypes.c_int, ctypes.POINTER(abi.Config), ctypes.POINTER(abi.Counters)]
             lib.emu_fault.restype = ctypes.POINTER(abi.Fault)
+            lib.emu_trace_events.restype = ctypes.c_uint64
             self._libs[mode] = (lib, path)
         return self._libs[mode]
 
@@ -326,6 +327,7 @@ class Kernel:
                                 (ctypes.c_uint32 * 3)(*block), shared_mem, cbufs, nbuf,
                                 ctypes.byref(cfg), ctypes.byref(counters))
             seconds = time.perf_counter() - t0
+            traced = lib.emu_trace_events() if events is not None else 0
         del keep
         if rc != 0:
             raise self._fault(lib.emu_fault().contents, path)
@@ -345,7 +347,7 @@ class Kernel:
             launch.shared_atomics = counters.shared_atomics
         if events is not None:
             pointers = [a for (t, _), a in zip(self.params, args, strict=True) if t.endswith("*")]
-            launch.trace = tracing.collect(events, counters.trace_events, self.name, grid, block,
+            launch.trace = tracing.collect(events, traced, self.name, grid, block,
                                          dict(zip(launch.args, pointers, strict=True)))
         _publish(launch)
         return launch

@@ -291,7 +291,7 @@ using TraceEvent = EmuTraceEvent;
 bool trace_start();                   // from g_cfg: false if it asks for what cannot be done
 void trace_access(const Worker* w, const Fiber* f, const ArgBuf* b, uint64_t off, size_t n,
                   int kind);
-void trace_finish(Counters& out);
+void trace_finish();
 // races.cpp
 // true on a conflict, described in w->conflict (report it once no lock is held)
 bool race_check_shared(Worker* w, int tid, Shadow* shadow, size_t off, size_t size, int kind);

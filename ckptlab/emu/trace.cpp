@@ -6,13 +6,14 @@
 // The events go to an array Python owns (Config.trace, trace_cap events of 16 bytes). Workers
 // claim slots with one atomic counter, so events of blocks on different workers interleave
 // (each names its block and thread: the order is not the information). Past trace_cap the
-// counter goes on, and nothing more is stored: Counters.trace_events, the accesses the launch
+// counter goes on, and nothing more is stored: emu_trace_events(), the accesses the launch
 // made, says by how much the trace was cut short. The kernel itself runs on unchanged.
 #include "runtime.h"
 
 static TraceEvent* g_trace;           // null: the trace is off
 static uint64_t g_trace_cap;
 static uint64_t g_trace_next;         // events claimed (atomic: workers share it)
+static uint64_t g_trace_total;        // the last launch's, for emu_trace_events()
 constexpr size_t kMaxPiece = size_t(1) << (EMU_TRACE_SIZE_BITS - 1);  // bytes per event
 static_assert(sizeof(TraceEvent) == 16, "abi.h: a trace event is 16 bytes");
 static_assert(EMU_ACCESS_READ == 0 && EMU_ACCESS_WRITE == 1 && EMU_ACCESS_ATOMIC == 2,
@@ -44,8 +45,14 @@ void trace_access(const Worker* w, const Fiber* f, const ArgBuf* b, uint64_t off
     }
 }
 
-void trace_finish(Counters& out) {
-    out.trace_events = g_trace ? g_trace_next : 0;
+void trace_finish() {
+    g_trace_total = g_trace ? g_trace_next : 0;
     g_trace = nullptr, g_trace_cap = 0;
     for (int i = 0; i < g_nargs; ++i) g_args[i].traced = g_args[i].full_path = false;
 }
+
+// The accesses the last launch made to traced arguments, recorded or not (more than its
+// Config.trace_cap: the trace was cut short). A getter, as emu_fault() is, rather than a field
+// of EmuCounters: each worker holds a Counters, and a field there would move the worker's
+// other fields, which the hot paths reach, for a number only the launch needs.
+EMU_API uint64_t emu_trace_events() { return g_trace_total; }

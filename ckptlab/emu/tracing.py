@@ -2,11 +2,11 @@
 
     with emu.trace() as tr:                        # counted mode inside, whatever the mode around
         kernel(grid, block, (A, B, C, M, N, K))
-    t = tr.last["C"]                               # the last traced launch's argument C
-    t.count("write", by="block")                   # (M, N): distinct blocks that wrote each element
-    t.mask("read", block=(1, 2))                   # (M, N) bool: what block (1, 2) read
-    t.readers((3, 5), by="block")                  # [(0, 0, 0), (1, 0, 0)]: who read C[3, 5]
-    t.never_written()                              # [(3, 5)]: elements no thread wrote
+    t = tr.last["A"]                               # the last traced launch's argument A
+    t.count("read", by="block")                    # (M, K): distinct blocks that read each element
+    t.mask("read", block=(1, 2))                   # (M, K) bool: what block (1, 2) read
+    t.readers((37, 50), by="block")                # [(0, 2, 0), (1, 2, 0)]: who read A[37, 50]
+    tr.last["C"].never_written()                   # [] (a kernel that skips C[3, 5]: [(3, 5)])
 
 Or `emu.settings(trace=True)` and `emu.last_launch().trace`. The runtime records one event per
 access of a thread to a pointer argument (trace.cpp: 16 bytes, in counted mode's full access
@@ -115,7 +115,7 @@ class ArgTrace:
         return tuple(int(i) for i in np.unravel_index(flat, self.shape))
 
     def label(self, index) -> str:
-        """"O[3, 5]": the element as a reader writes it."""
+        """The element as a reader writes it: "O[3, 5]"."""
         return f"{self.name}[{', '.join(map(str, self.index(self._flat(index))))}]"
 
     def count(self, kind: str = "read", by: str = "block") -> np.ndarray:
@@ -129,7 +129,7 @@ class ArgTrace:
         if by != "access":
             who = self.block[rows].astype(np.int64)
             if by == "thread":
-                who = who * 1024 + self.thread[rows]  # (threads per block <= 1024, abi.h)
+                who = who * abi.MAX_BLOCK_THREADS + self.thread[rows]
             order = np.lexsort((who, elem))  # by element, then by who: repeats side by side
             elem, who = elem[order], who[order]
             first = np.ones(elem.size, bool)
