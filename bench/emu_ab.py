@@ -9,7 +9,9 @@ times SGEMM 256^3 (15 launches) and the flash forward + backward at N = 1024, d 
 fast and counted (no race check), on one worker, as CPU time of the launching thread. It prints
 per case the median of the rounds' medians and the rounds' range, and the speed-up; outputs
 must be bitwise equal between the two (it stops if not). Uncommitted changes to the runtime in
-this checkout are measured as they are: edit a constant, rerun, compare against HEAD.
+this checkout are measured as they are: edit a constant, rerun, compare against HEAD. Where
+abi.h differs between REV and this checkout, the structures Python passes changed with it, so
+"before" takes all of ckptlab/emu/ from REV (its loader, its settings), not only the runtime.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+EMU, ABI = "ckptlab/emu", "ckptlab/emu/abi.h"
 
 CHILD = r"""
 import hashlib, json, statistics, time
@@ -94,8 +97,13 @@ def main(argv=None) -> int:
         subprocess.run([*git, "worktree", "add", "-q", "--detach", str(before), "HEAD"],
                        check=True)
         try:
-            subprocess.run(["git", "-C", str(before), "checkout", "-q", a.rev, "--",
-                            *runtime_files()], check=True)
+            files = runtime_files()
+            if subprocess.run([*git, "diff", "--quiet", a.rev, "--", ABI]).returncode:
+                files = [EMU]  # the Python side reads and mirrors abi.h: it must match it
+                print(f"{ABI} differs between {a.rev} and this checkout: 'before' takes all "
+                      f"of {EMU}/ from {a.rev}, its Python side too", flush=True)
+            subprocess.run(["git", "-C", str(before), "checkout", "-q", a.rev, "--", *files],
+                           check=True)
             rounds = {"before": [], "after": []}
             for r in range(a.rounds):
                 for label, tree in (("before", before), ("after", ROOT)):

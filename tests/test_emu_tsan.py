@@ -1,10 +1,11 @@
 """The emulator runtime's own threads under ThreadSanitizer: the runtime (not the kernels) is
 built once with GCC's -fsanitize=thread, loaded into a Python that preloads libtsan, and a counted
 launch on 3 workers (blocks claimed from one counter, unique-byte bitmaps shared by the workers,
-atomics, the race check) runs under it. The real runtime gives no report; a runtime with the
-block claim, or the bitmap's OR, made non-atomic gives a data race naming that line: a race
-between workers is found by a tool, not by luck (2 million block claims on 2 cores never showed
-either). Slow: the runtime is compiled three times with the sanitizer.
+atomics, the race check, then the access trace's slots claimed from one counter) runs under it.
+The real runtime gives no report; a runtime with the block claim, the bitmap's OR or the trace's
+slot claim made non-atomic gives a data race naming that line: a race between workers is found
+by a tool, not by luck (2 million block claims on 2 cores never showed either). Slow: the
+runtime is compiled four times with the sanitizer.
 
 How: the counting hooks memory.cpp defines are named as TSan's own entry points (__tsan_read4,
 ...), which GCC calls from the kernel's code. In this build they are renamed (-D__tsan_X=
@@ -80,6 +81,13 @@ with emu.settings(mode="counted", race_check=True, workers=3, block_order="seria
         right &= launch.workers == 3 and launch.blocks == 512 and np.array_equal(out, x + 1)
         right &= bins.tolist() == [n // 8] * 8
         right &= launch.args["out"].unique_write_bytes == 4 * n
+    out, bins = np.zeros(n, np.int32), np.zeros(8, np.uint32)
+    with emu.trace() as tr:  # the access trace: workers claim its slots with one counter
+        launch = fn((512,), (64,), (x, out, bins, np.int32(n)))
+    t = tr.last
+    right &= launch.workers == 3 and not t.truncated and len(t.events) == t.total_events
+    right &= (t["out"].count("write", by="access") == 1).all()
+    right &= t["bins"].count("atomic", by="access").tolist() == [n // 8] * 8
 print("WORKLOAD DONE", "right" if right else "wrong")
 """
 
@@ -89,6 +97,8 @@ PLANTED = {
               "g_next.value++"),
     "bitmap": ("memory.cpp", "__atomic_fetch_or(&bits[w], m, __ATOMIC_RELAXED)",
                "(bits[w] |= m)"),
+    "trace": ("trace.cpp", "__atomic_fetch_add(&g_trace_next, pieces, __ATOMIC_RELAXED)",
+              "(g_trace_next += pieces) - pieces"),
 }
 
 
@@ -138,7 +148,8 @@ def test_the_runtime_has_no_data_race_between_workers(tmp_path):
     assert "WORKLOAD DONE right" in proc.stdout  # outputs, atomics and unique bytes
 
 
-@pytest.mark.parametrize("which, where", [("claim", "launch.cpp"), ("bitmap", "memory.cpp")])
+@pytest.mark.parametrize("which, where", [("claim", "launch.cpp"), ("bitmap", "memory.cpp"),
+                                         ("trace", "trace.cpp")])
 def test_a_planted_race_between_workers_is_found(tmp_path, which, where):
     found = races(under_tsan(tmp_path, which))
     assert found and all(where in line for line in found), found

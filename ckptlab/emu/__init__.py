@@ -8,7 +8,8 @@ Same surface as CuPy's RawModule, so launch wrappers don't care which target the
 
 Emulator-only extras (not in CuPy): configure()/settings() (mode "counted" or "fast", race
 check, stack size, watchdog, workers; each thread's own, DEFAULT resets one: config.py),
-last_launch() and record() for the per-argument byte counts, and EmuError for faults inside
+last_launch() and record() for the per-argument byte counts, trace() for who read and wrote
+each element of each argument (tracing.py), and EmuError for faults inside
 kernels (barrier misuse, out-of-bounds or misaligned access, shared-memory race, stack
 overflow, runaway kernel...), which name the kernel, block, thread and source line and leave
 the Python process running. How it works: shim.h, then
@@ -19,9 +20,11 @@ from .build import EmuCompileError, EmuError, cache_dir
 from .config import DEFAULT, Settings, configure, current, settings
 from .counters import ArgTraffic, Launch, Recording, last_launch, record
 from .loader import EmuArgumentError, Kernel, RawModule, kernel_names
+from .tracing import ArgTrace, LaunchTrace, Tracing, trace
 
 __all__ = [
-    "DEFAULT", "ArgTraffic", "EmuArgumentError", "EmuCompileError", "EmuError", "Kernel",
-    "Launch", "RawModule", "Recording", "Settings", "cache_dir", "configure", "current",
-    "kernel_names", "last_launch", "record", "settings",
+    "DEFAULT", "ArgTrace", "ArgTraffic", "EmuArgumentError", "EmuCompileError", "EmuError",
+    "Kernel", "Launch", "LaunchTrace", "RawModule", "Recording", "Settings", "Tracing",
+    "cache_dir", "configure", "current", "kernel_names", "last_launch", "record", "settings",
+    "trace",
 ]

@@ -6,7 +6,7 @@
 #pragma once
 #include <stdint.h>
 
-#define EMU_ABI_VERSION 7
+#define EMU_ABI_VERSION 8
 
 // ---- limits of a CUDA launch (CUDA C++ Programming Guide, "Compute Capabilities" table) ----
 #define EMU_MAX_BLOCK_THREADS 1024   // threads per block
@@ -59,6 +59,17 @@ enum EmuWarpOp {
     EMU_WMMA = 8          // an nvcuda::wmma call's exchange (emu/include/mma.h): lane 0's bits
 };
 
+// ---- the access trace (ckptlab.emu.trace()): one event per access to a kernel argument -------
+enum EmuAccessKind {
+    EMU_ACCESS_READ = 0,
+    EMU_ACCESS_WRITE = 1,
+    EMU_ACCESS_ATOMIC = 2  // reads and writes its bytes
+};
+// EmuTraceEvent.where = (byte offset into the argument) << EMU_TRACE_SIZE_BITS | bytes accessed.
+// An access of 2^(EMU_TRACE_SIZE_BITS - 1) bytes or more (only a copy of a large object makes
+// one) is recorded as several events of at most that many bytes.
+#define EMU_TRACE_SIZE_BITS 16
+
 // ---- structures passed between Python (ctypes) and emu_launch -------------------------------
 // (named Emu*: shim.h includes this file into every kernel, whose own names must stay free)
 struct EmuBuf {                // one pointer argument
@@ -77,6 +88,8 @@ struct EmuConfig {
     int32_t workers;          // OS threads running blocks (1 = one after another; < 0: auto)
     int32_t pad;
     uint64_t fiber_region;    // the process's EmuFiberRegion (Python owns it)
+    uint64_t trace;           // an array of trace_cap EmuTraceEvents (Python owns it), or 0: off
+    uint64_t trace_cap;
 };
 // The fibers' stacks: one region for the whole process, used by every module's launches in
 // turn (launches run one at a time), not one per module: each stack's guard splits the region
@@ -94,6 +107,13 @@ struct EmuCounters {
     uint64_t unique_read[EMU_MAX_ARGS], unique_write[EMU_MAX_ARGS];
     uint64_t shared_read, shared_write, shared_atomics, threads, blocks;
     uint64_t workers;         // OS threads that ran the blocks
+};
+struct EmuTraceEvent {        // one access of one thread to one kernel argument: 16 bytes
+    uint64_t where;           // offset << EMU_TRACE_SIZE_BITS | size, in bytes
+    uint32_t block;           // linear block index: blockIdx.x fastest, then y, then z
+    uint16_t thread;          // linear thread index in its block: threadIdx.x fastest
+    uint8_t arg;              // EmuBuf.arg of the argument
+    uint8_t kind;             // EmuAccessKind
 };
 struct EmuFault {
     int32_t kind, has_thread;

@@ -25,6 +25,10 @@ SHARED_OPTIN_LIMIT = _C["EMU_SHARED_OPTIN_LIMIT"]
 # fault code -> short name ("barrier", "warp", ...): the EMU_F_* enumerators of abi.h
 FAULT_NAMES = {v: k.removeprefix("EMU_F_").lower() for k, v in _C.items()
                if k.startswith("EMU_F_") and k != "EMU_F_NONE"}
+# access kind -> name: the EmuAccessKind enumerators ("read", "write", "atomic")
+ACCESS_KINDS = {v: k.removeprefix("EMU_ACCESS_").lower() for k, v in _C.items()
+                if k.startswith("EMU_ACCESS_")}
+TRACE_SIZE_BITS = _C["EMU_TRACE_SIZE_BITS"]
 WARP_OPS = {k: v for k, v in _C.items()
             if k.startswith(("EMU_SHFL_", "EMU_BALLOT", "EMU_ANY", "EMU_ALL", "EMU_SYNCWARP",
                                  "EMU_WMMA"))}
@@ -41,7 +45,8 @@ class Config(ctypes.Structure):
                 ("watchdog_s", ctypes.c_double), ("seed", ctypes.c_uint64),
                 ("kernel", ctypes.c_int32), ("shared_opt_in", ctypes.c_int32),
                 ("workers", ctypes.c_int32), ("pad", ctypes.c_int32),
-                ("fiber_region", ctypes.c_uint64)]
+                ("fiber_region", ctypes.c_uint64), ("trace", ctypes.c_uint64),
+                ("trace_cap", ctypes.c_uint64)]
 
 
 class FiberRegion(ctypes.Structure):
@@ -59,6 +64,11 @@ class Counters(ctypes.Structure):
                   "workers")]
 
 
+class TraceEvent(ctypes.Structure):
+    _fields_ = [("where", ctypes.c_uint64), ("block", ctypes.c_uint32),
+                ("thread", ctypes.c_uint16), ("arg", ctypes.c_uint8), ("kind", ctypes.c_uint8)]
+
+
 class Fault(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int32), ("has_thread", ctypes.c_int32),
                 ("block", ctypes.c_uint32 * 3), ("thread", ctypes.c_uint32 * 3),
@@ -67,7 +77,7 @@ class Fault(ctypes.Structure):
 
 
 STRUCTS = {"Buf": Buf, "Config": Config, "Counters": Counters, "Fault": Fault,
-           "FiberRegion": FiberRegion}
+           "FiberRegion": FiberRegion, "TraceEvent": TraceEvent}
 FIBER_REGION = FiberRegion()  # the process's (abi.h): every module's launches share it
 
 

@@ -16,6 +16,12 @@
                 process may use, for launches of at least AUTO_MIN_THREADS threads (smaller ones
                 run on the calling thread: waking workers would cost more than they save). A
                 block's threads stay on one worker. Counts are the same whatever the number.
+    trace       record who accessed what (False by default): for each access of a thread to a
+                kernel argument, the block, the thread, the bytes and the kind (read, write,
+                atomic); Launch.trace has them (tracing.py). Counted mode only: mode="fast" with
+                trace=True is a ValueError (emu.trace() switches its block to counted itself).
+    trace_max_events  the most events one launch records (default 4,000,000: 64 MiB); past it
+                the kernel runs on, unrecorded, and its trace says `truncated`.
 
 `with settings(...)` changes them for the code inside the block, in this thread (or asyncio
 task) only: each thread's settings are its own (a contextvars.ContextVar), so overlapping blocks
@@ -39,6 +45,11 @@ from dataclasses import dataclass, fields, replace
 from . import abi
 
 AUTO_MIN_THREADS = abi.AUTO_MIN_THREADS  # abi.h: EMU_AUTO_MIN_THREADS
+# A launch's trace holds at most this many 16-byte events by default (64 MiB): a small launch
+# makes far fewer (SGEMM 40 x 24 x 56 with 16 x 16 tiles: 9,472 global accesses; the flash
+# forward at B = H = 1, N = 40, d = 16, Br = Bc = 16: 5,160; tests/test_emu_trace_kernels.py
+# checks both formulas), and a big one takes longer to analyse than to run.
+TRACE_MAX_EVENTS = 4_000_000
 
 
 def workers_for_launch(s: "Settings") -> int:
@@ -63,6 +74,8 @@ class Settings:
     block_order: str = "serial"
     block_seed: int | None = None
     workers: int | None = None
+    trace: bool = False
+    trace_max_events: int = TRACE_MAX_EVENTS
 
 
 def _env_number(name: str, kind, default):
@@ -106,8 +119,9 @@ def from_environment() -> Settings:
 
 
 def _checked(s: Settings) -> Settings:
-    if not isinstance(s.race_check, bool):  # 0.5 or "no" must not turn the check off silently
-        raise ValueError(f"race_check must be True or False, got {s.race_check!r}")
+    for name in ("race_check", "trace"):  # 0.5 or "no" must not turn a flag off silently
+        if not isinstance(getattr(s, name), bool):
+            raise ValueError(f"{name} must be True or False, got {getattr(s, name)!r}")
     if s.block_seed is not None and (isinstance(s.block_seed, bool) or not isinstance(
             s.block_seed, int) or not 0 <= s.block_seed < 1 << 64):
         raise ValueError(f"block_seed must be None (a fresh order each launch) or an int in "
@@ -120,6 +134,13 @@ def _checked(s: Settings) -> Settings:
         raise ValueError(f"block_order must be 'serial' or 'shuffled', got {s.block_order!r}")
     if not s.watchdog_s > 0:
         raise ValueError(f"watchdog_s must be > 0 seconds, got {s.watchdog_s}")
+    if s.trace and s.mode != "counted":
+        raise ValueError("trace=True needs mode='counted' (the fast build has no memory hooks "
+                         "to record accesses from); emu.trace() runs its block counted")
+    if (isinstance(s.trace_max_events, bool) or not isinstance(s.trace_max_events, int)
+            or not 1 <= s.trace_max_events <= 1 << 32):
+        raise ValueError(f"trace_max_events must be an int in [1, 2**32], got "
+                         f"{s.trace_max_events!r}")
     if s.workers is not None and (isinstance(s.workers, bool) or not isinstance(s.workers, int)
                                   or not 1 <= s.workers <= abi.MAX_WORKERS):
         raise ValueError(f"workers must be None (one per CPU) or an int in [1, "
@@ -159,7 +180,8 @@ def _changed(base: Settings, changes: dict) -> Settings:
 
 
 def configure(*, mode=None, race_check=None, stack_kib=None, watchdog_s=None,
-              block_order=None, block_seed=None, workers=None) -> Settings:
+              block_order=None, block_seed=None, workers=None, trace=None,
+              trace_max_events=None) -> Settings:
     """Change the settings of the code around this call (inside a `with settings(...)` block:
     until it ends; outside any: the process's); returns the previous ones. None leaves a
     setting unchanged, DEFAULT resets it to its built-in default."""
@@ -167,7 +189,8 @@ def configure(*, mode=None, race_check=None, stack_kib=None, watchdog_s=None,
     previous = current()
     new = _changed(previous, dict(mode=mode, race_check=race_check, stack_kib=stack_kib,
                                   watchdog_s=watchdog_s, block_order=block_order,
-                                  block_seed=block_seed, workers=workers))
+                                  block_seed=block_seed, workers=workers, trace=trace,
+                                  trace_max_events=trace_max_events))
     if _local.get() is None:
         _process = new
     else:

@@ -55,6 +55,7 @@ class Launch:
     shared_read_bytes: int = 0
     shared_write_bytes: int = 0
     shared_atomics: int = 0
+    trace: object = None  # with settings(trace=True): its LaunchTrace (tracing.py), else None
 
     @property
     def counted(self) -> bool:

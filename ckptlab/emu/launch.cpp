@@ -282,6 +282,7 @@ static int prepare(const uint32_t* grid, const uint32_t* block, uint64_t shared_
             return refuse("out of memory for the race check of %llu bytes",
                           (unsigned long long)g_args[i].size);
     }
+    if (!trace_start()) return refuse("the access trace needs counted mode");
     if (g_cfg.shuffle_blocks && !shuffle_order()) return F_CONFIG;
     return 0;
 }
@@ -300,6 +301,7 @@ static void finish(Counters* out) {
     }
     out->workers = static_cast<uint64_t>(g_nworkers);
     count_touched(*out);
+    trace_finish();
     for (int i = 0; i < g_nargs; ++i) free(g_args[i].shadow), g_args[i].shadow = nullptr;
     unstage_args();
     g_nargs = 0;  // the argument buffers belong to the caller: forget them
@@ -369,7 +371,7 @@ EMU_API const char* emu_abi_layout() {
     EMU_FIELD(Config, counted); EMU_FIELD(Config, race_check); EMU_FIELD(Config, stack_kib);
     EMU_FIELD(Config, shuffle_blocks); EMU_FIELD(Config, watchdog_s); EMU_FIELD(Config, seed);
     EMU_FIELD(Config, kernel); EMU_FIELD(Config, shared_opt_in); EMU_FIELD(Config, workers);
-    EMU_FIELD(Config, fiber_region);
+    EMU_FIELD(Config, fiber_region); EMU_FIELD(Config, trace); EMU_FIELD(Config, trace_cap);
     EMU_FIELD(Counters, read); EMU_FIELD(Counters, write); EMU_FIELD(Counters, atomic_ops);
     EMU_FIELD(Counters, atomic_bytes); EMU_FIELD(Counters, unique_read);
     EMU_FIELD(Counters, unique_write); EMU_FIELD(Counters, shared_read);
@@ -381,6 +383,8 @@ EMU_API const char* emu_abi_layout() {
     EMU_FIELD(FiberRegion, base); EMU_FIELD(FiberRegion, span);
     EMU_FIELD(FiberRegion, stack_size); EMU_FIELD(FiberRegion, shift);
     EMU_FIELD(FiberRegion, workers); EMU_FIELD(FiberRegion, mapped);
+    EMU_FIELD(TraceEvent, where); EMU_FIELD(TraceEvent, block); EMU_FIELD(TraceEvent, thread);
+    EMU_FIELD(TraceEvent, arg); EMU_FIELD(TraceEvent, kind);
 #undef EMU_FIELD
     return out;
 }

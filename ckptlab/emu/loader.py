@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import abi, config
+from . import abi, config, tracing
 from .build import EmuError, build_module, source_line
 from .counters import ArgTraffic, Launch, _publish
 
@@ -58,14 +58,16 @@ SHADOW_PER_BYTE = abi.SHADOW_BYTES / 4  # the race check: one Shadow per 4 argum
 ASK_MEMORY_ABOVE = 64 << 20  # a launch needing less does not look at the available memory
 
 
-def launch_memory_bytes(arrays, race_check) -> int:
+def launch_memory_bytes(arrays, race_check, trace_events: int = 0) -> int:
     """Memory a counted launch allocates beside its arguments: a staged copy of each (to check
-    accesses against it), two unique-byte bitmaps (a bit per byte each), and with the race
-    check a shadow entry per 4 bytes. race_check=None: fast mode, nothing."""
+    accesses against it), two unique-byte bitmaps (a bit per byte each), with the race check a
+    shadow entry per 4 bytes, and with the trace its events (tracing.EVENT_BYTES each, as many as
+    the cap allows). race_check=None: fast mode, nothing."""
     if race_check is None:
         return 0
     total = sum(a.nbytes for a in arrays)
-    return int(total * (1 + 0.25 + (SHADOW_PER_BYTE if race_check else 0)))
+    return int(total * (1 + 0.25 + (SHADOW_PER_BYTE if race_check else 0))) + (
+        trace_events * tracing.EVENT_BYTES)
 
 
 def available_memory_bytes() -> int | None:
@@ -167,6 +169,7 @@ class RawModule:
                 ctypes.POINTER(ctypes.c_uint32), ctypes.c_uint64, ctypes.POINTER(abi.Buf),
                 ctypes.c_int, ctypes.POINTER(abi.Config), ctypes.POINTER(abi.Counters)]
             lib.emu_fault.restype = ctypes.POINTER(abi.Fault)
+            lib.emu_trace_events.restype = ctypes.c_uint64
             self._libs[mode] = (lib, path)
         return self._libs[mode]
 
@@ -305,13 +308,17 @@ class Kernel:
                 "kernel.max_dynamic_shared_size_bytes raised first (e.g. up to 227 KiB on H100)")
         ptrs, keep, cbufs, nbuf = self._pack(args)
         s = config.current()
+        tracing.check_launch(s, self.name, grid)
         self._check_memory(args, s)
         lib, path = self.module._library(s.mode)
+        events = tracing.buffer(s)
         cfg = abi.Config(int(s.mode == "counted"), int(s.race_check), int(s.stack_kib),
                          int(s.block_order == "shuffled"), float(s.watchdog_s),
                          _next_seed() if s.block_order == "shuffled" else 0, self.index,
                          int(self.max_dynamic_shared_size_bytes > DEFAULT_SHARED_LIMIT),
-                         config.workers_for_launch(s), 0, ctypes.addressof(abi.FIBER_REGION))
+                         config.workers_for_launch(s), 0, ctypes.addressof(abi.FIBER_REGION),
+                         0 if events is None else events.ctypes.data,
+                         0 if events is None else len(events))
         counters = abi.Counters()
         launcher = ctypes.cast(getattr(lib, f"emu_launch_{self.index}"), ctypes.c_void_p)
         with _LAUNCH_LOCK:
@@ -320,6 +327,7 @@ class Kernel:
                                 (ctypes.c_uint32 * 3)(*block), shared_mem, cbufs, nbuf,
                                 ctypes.byref(cfg), ctypes.byref(counters))
             seconds = time.perf_counter() - t0
+            traced = lib.emu_trace_events() if events is not None else 0
         del keep
         if rc != 0:
             raise self._fault(lib.emu_fault().contents, path)
@@ -337,25 +345,33 @@ class Kernel:
             launch.shared_read_bytes = counters.shared_read
             launch.shared_write_bytes = counters.shared_write
             launch.shared_atomics = counters.shared_atomics
+        if events is not None:
+            pointers = [a for (t, _), a in zip(self.params, args, strict=True) if t.endswith("*")]
+            launch.trace = tracing.collect(events, traced, self.name, grid, block,
+                                         dict(zip(launch.args, pointers, strict=True)))
         _publish(launch)
         return launch
 
     def _check_memory(self, args, s: config.Settings) -> None:
         arrays = [a for (t, _), a in zip(self.params, args, strict=True) if t.endswith("*")]
-        need = launch_memory_bytes(arrays, s.race_check if s.mode == "counted" else None)
+        need = launch_memory_bytes(arrays, s.race_check if s.mode == "counted" else None,
+                                   s.trace_max_events if s.trace else 0)
         if need < ASK_MEMORY_ABOVE:  # not worth reading /proc/meminfo at every small launch
             return
         have = available_memory_bytes()
         if have is not None and need > have:
             mib = 1 << 20
             what = "the race check's shadow memory" if s.race_check else "staged copies"
+            if s.trace:
+                what += f" and {s.trace_max_events:,} trace events"
             raise EmuError(
                 f"{self.name}: this launch needs about {need / mib:,.0f} MiB for {what} "
                 f"(counted mode: a copy of each argument, 1/4 of it for the unique-byte "
-                f"bitmaps, and with the race check {SHADOW_PER_BYTE:g} bytes per argument "
-                f"byte), and {have / mib:,.0f} MiB are available; run it with "
-                f"emu.settings(race_check=False) or mode='fast', or smaller sizes",
-                kind="config", kernel=self.name)
+                f"bitmaps, with the race check {SHADOW_PER_BYTE:g} bytes per argument "
+                f"byte, with the trace {tracing.EVENT_BYTES} bytes per event), and "
+                f"{have / mib:,.0f} MiB are available; run it with "
+                f"emu.settings(race_check=False) or mode='fast' (or a smaller "
+                f"trace_max_events), or smaller sizes", kind="config", kernel=self.name)
 
     def _fault(self, f: abi.Fault, library: Path) -> BaseException:
         kind = abi.FAULT_NAMES.get(f.kind, "fault")

@@ -164,6 +164,7 @@ __attribute__((always_inline)) static inline void arg_access(Worker* w, Fiber* f
         (kind ? w->cnt.write : w->cnt.read)[b->counter] += size;
         set_bits(kind ? b->touched_w : b->touched_r, boff, n);
     }
+    if (__builtin_expect(b->traced, 0)) trace_access(w, f, b, boff, n, kind);
     if (b->shadow) arg_race(w, f, b, boff, n, kind, pc);
 }
 
@@ -203,8 +204,9 @@ __attribute__((noinline)) static void elsewhere_slow(uint64_t fo, uintptr_t a, s
 }
 __attribute__((noinline)) static void elsewhere(uint64_t fo, uintptr_t a, size_t sk, void* pc) {
     // The common global access first, with no call on its way (so no register to save): a read
-    // or a write of one argument alone in its region, in bounds, allowed, with no race check.
-    // Anything else takes the full path, which checks and counts it as this would.
+    // or a write of one argument alone in its region, in bounds, allowed, with neither the race
+    // check nor the trace (full_path). Anything else takes the full path, which checks and
+    // counts it as this would.
     const uint64_t ao = a - g_arg_base;
     if (ao < g_arg_span) {
         const Region& R = g_regions[ao >> g_arg_shift];
@@ -213,7 +215,7 @@ __attribute__((noinline)) static void elsewhere(uint64_t fo, uintptr_t a, size_t
         const uint64_t off = a - R.lo;
         const ArgBuf* b = &g_args[R.first];
         if (__builtin_expect(R.n == 1 && kind != 2 && off < R.size && size <= R.size - off &&
-                             (kind == 0 || R.writable) && !b->shadow, 1)) {
+                             (kind == 0 || R.writable) && !b->full_path, 1)) {
             Worker* w = &g_wbase[fo >> g_wshift];
             (kind ? w->cnt.write : w->cnt.read)[b->counter] += size;
             set_bits(kind ? b->touched_w : b->touched_r, off, size);

@@ -49,8 +49,8 @@ bool stage_args(const Buf* bufs, int nbuf, void** args) {
     uint64_t biggest = 0;
     for (int i = 0; i < nbuf; ++i) {
         const Buf& b = bufs[order[i]];
-        g_args[i] = ArgBuf{b.lo, b.lo, b.size, b.arg, b.param, b.readonly != 0, nullptr,
-                           nullptr, nullptr};
+        g_args[i] = ArgBuf{b.lo, b.lo, b.size, b.arg, b.param, b.readonly != 0, false, false,
+                           nullptr, nullptr, nullptr};
         Region* r = g_nregions ? &g_regions[g_nregions - 1] : nullptr;
         if (r && b.size && r->size && b.lo < r->orig + r->size) {  // overlaps: one region
             r->size = b.lo + b.size - r->orig > r->size ? b.lo + b.size - r->orig : r->size;

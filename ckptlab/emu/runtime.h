@@ -8,6 +8,7 @@
 //   objects.cpp    the objects accesses are checked against: staged kernel arguments, shared
 //                  arrays, __device__ variables, device malloc blocks
 //   signals.cpp    faults, signals (stack overflow, SIGSEGV, abort), the watchdog, Ctrl-C
+//   trace.cpp      the access trace: who read or wrote each byte of each kernel argument
 //   launch.cpp     emu_launch: workers take blocks until the grid is done or a fault stops all
 //
 // All of it is compiled WITHOUT the sanitizer (its own loads and stores must not call the
@@ -159,6 +160,8 @@ struct ArgBuf {
     uint64_t size;
     int counter, param;               // counter index (0..63) and parameter index
     bool readonly;                    // a const parameter
+    bool traced;                      // its accesses are recorded (trace.cpp)
+    bool full_path;                   // every access takes arg_access: shadow or traced
     Shadow* shadow;                   // race check, fresh each launch
     uint64_t *touched_r, *touched_w;  // unique bytes
 };
@@ -283,6 +286,12 @@ void warp_pending_check(Fiber* f);  // a thread about to exit: no lane may wait 
 // memory.cpp
 bool alloc_touched();
 void count_touched(Counters& out);
+// trace.cpp
+using TraceEvent = EmuTraceEvent;
+bool trace_start();                   // from g_cfg: false if it asks for what cannot be done
+void trace_access(const Worker* w, const Fiber* f, const ArgBuf* b, uint64_t off, size_t n,
+                  int kind);
+void trace_finish();
 // races.cpp
 // true on a conflict, described in w->conflict (report it once no lock is held)
 bool race_check_shared(Worker* w, int tid, Shadow* shadow, size_t off, size_t size, int kind);

@@ -19,6 +19,8 @@
     published.py, published_runs.py  the published measurements the models are held against
     plots.py     memory / time / bytes against N, the roofline, memory traces, Pareto fronts
     tradeoff_plots.py  memory against speed (and against FLOPs), per method or schedule
+    access_plots.py  who touched what: an emulator access trace (emu.trace()) as a map of each
+                 argument's elements by block, one block's outlined, one thread's marked
 
     from ckptlab import measure
     t = measure.time_fn(step, repeats=20)      # t.median_s, t.p10_s, t.p90_s
