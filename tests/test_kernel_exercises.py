@@ -329,3 +329,20 @@ def test_an_endless_loop_is_stopped_by_the_watchdog_at_its_line(tmp_path):
                     "for (int offset = WARP / 2; offset >= 0; offset /= 2) {", tmp_path)
     assert (report.status, report.pattern) == ("fault", "watchdog"), str(report)
     assert re.search(r"^\s+\d+ > .*__shfl_xor_sync", str(report), flags=re.M)
+
+
+def test_the_picture_shows_which_block_wrote_what(tmp_path):
+    """--picture: the access trace of the learner's kernel drawn, here a forward that skips the
+    last column group of O (never written: white in the picture, named in the message)."""
+    broken = solved("flash_forward").replace(
+        "for (int c = 0; c < Dt / LANES; ++c) {\n            const int col = lane + c * LANES;\n"
+        "            if (col < d) O[",
+        "for (int c = 0; c < Dt / LANES - 1; ++c) {\n            const int col = lane + c * LANES;"
+        "\n            if (col < d) O[", 1)
+    path, png = tmp_path / "ff.cu", tmp_path / "ff.png"
+    path.write_text(broken)
+    report = write.check("flash_forward", file=path, picture=png)
+    assert report.pattern == "unwritten" and "only at c = 24..31" in str(report), str(report)
+    assert f"picture: {png}" in str(report) and png.stat().st_size > 10_000
+    with pytest.raises(ValueError, match="Python"):
+        write.check("checkpoint", picture=png)

@@ -7,6 +7,8 @@
                                     beside the model's
       --hint 2                      the second, more specific hint
       --file PATH                   check another file (a copy, a GPU notebook's edit)
+      --picture PNG                 draw which block wrote each element of the outputs (the
+                                    emulator's access trace of your kernel)
     exercise reset NAME [--force]   the file back as shipped (--force over your work; a copy is
                                     kept as NAME.cu.bak)
     exercise solution NAME          the lines you write, as the lab's kernel has them (try first)
@@ -21,6 +23,7 @@ import argparse
 from pathlib import Path
 
 from ckptlab.args import UsageError, one_line_errors
+from ckptlab.cli.report import writable_file
 
 STATUS = {"right": 0, "not attempted": 3}
 
@@ -35,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--hint", type=int, choices=(1, 2), default=1,
                    help="which hint a wrong answer gets (2: more specific)")
     c.add_argument("--file", type=Path, help="check this file instead of labs/exercises/NAME.cu")
+    c.add_argument("--picture", type=Path, metavar="PNG",
+                   help="draw which block wrote each element of the outputs (emulator)")
     r = sub.add_parser("reset", help="the exercise file back as shipped")
     r.add_argument("name")
     r.add_argument("--force", action="store_true", help="replace a file with your work in it")
@@ -70,6 +75,11 @@ def main(argv=None) -> int:
         return 0
     if a.file is not None and not a.file.is_file():
         raise UsageError(f"exercise check: --file {a.file} is not a file")
-    report = write.check(a.name, file=a.file, hint=a.hint)
+    if a.picture is not None:
+        if a.name == "checkpoint":
+            raise UsageError("exercise check: --picture draws a kernel's accesses; checkpoint "
+                             "is Python")
+        writable_file(a.picture)
+    report = write.check(a.name, file=a.file, hint=a.hint, picture=a.picture)
     print(report)
     return STATUS.get(report.status, 1)

@@ -49,15 +49,18 @@ def get(name: str) -> Exercise:
     return EXERCISES[name]
 
 
-def check(name: str, file=None, hint: int = 1) -> Report:
+def check(name: str, file=None, hint: int = 1, picture=None) -> Report:
     """Build and check the learner's kernel for exercise `name` (labs/exercises/<name>.cu, or
-    `file`); `hint` 1 or 2 picks the grade of the hint a wrong answer gets."""
+    `file`); `hint` 1 or 2 picks the grade of the hint a wrong answer gets; `picture`, a PNG
+    path, draws which block wrote each element of the outputs (kernel exercises)."""
     if hint not in (1, 2):
         raise ValueError(f"hint must be 1 or 2, got {hint!r}")
     ex = get(name)
     if ex is checkpoint_ex.CHECKPOINT:
+        if picture is not None:
+            raise ValueError("checkpoint is Python: it has no access picture")
         return checkpoint_ex.check(file, hint)
-    return _check.check(ex, file, hint)
+    return _check.check(ex, file, hint, picture)
 
 
 def in_notebook(name: str, file=..., hint: int = 1) -> Verdict:

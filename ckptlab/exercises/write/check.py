@@ -167,8 +167,29 @@ def _bytes(ex, case, inputs) -> list[str]:
     return out
 
 
-def check(ex, file=None, hint: int = 1) -> Report:
-    """The report for exercise `ex` (a spec.Exercise) on the learner's file (or `file`)."""
+def picture(ex, case, inputs, path) -> list[str]:
+    """Draw who wrote each element of the exercise's outputs in `case` (the emulator's access
+    trace of the learner's kernel) to `path`; the lines that say so."""
+    from ckptlab.measure.access_plots import plot_access_map
+
+    if not ex.picture or device.target() != "emu":
+        return ["(no picture: the access trace runs on the emulator only)"]
+    kernel, args = ex.picture
+    with emu.trace() as tr:
+        ex.run(case, inputs)
+    mine = [t for t in tr.traces if t.kernel.split("<")[0] == kernel]
+    if not mine:
+        return [f"(no picture: no launch of {kernel} in case {case.label})"]
+    plot_access_map(mine[0], args, kind="write", color="block", path=path,
+                    title=f"your {mine[0].kernel}, case {case.label}: which block wrote each "
+                          f"element of {', '.join(args)} (white: none, grey: several)")
+    return [f"picture: {path} (which block wrote each element of {', '.join(args)}, case "
+            f"{case.label})"]
+
+
+def check(ex, file=None, hint: int = 1, picture_path=None) -> Report:
+    """The report for exercise `ex` (a spec.Exercise) on the learner's file (or `file`); with
+    `picture_path`, also the picture of who wrote what (PNG) for the case the report is about."""
     path = Path(file) if file is not None else ex.learner_file
     shown = display_name(path)
     if not path.is_file():
@@ -222,6 +243,8 @@ def check(ex, file=None, hint: int = 1) -> Report:
         if failures:
             f = diagnose(failures, list(ex.cases), list(ex.outputs), ex.alternatives,
                          seen_inputs, arrays, ex.rtol)
+            if picture_path is not None:
+                still = still + picture(ex, f.case, seen_inputs[f.case.label], picture_path)
             lines = [f"{WRONG}: {ex.name}: {f.where}.",
                      f"  e.g. {f.example}",
                      "each case against float64 ('ok', else the largest error relative to the "
@@ -235,4 +258,6 @@ def check(ex, file=None, hint: int = 1) -> Report:
             lines.append("(on the GPU: the race and bounds checks run on the emulator only; "
                          "`--device emu` runs them)")
         lines += _bytes(ex, ex.cases[0], ex.inputs(ex.cases[0]))
+        if picture_path is not None:
+            lines += picture(ex, ex.cases[0], ex.inputs(ex.cases[0]), picture_path)
         return Report(ex.name, RIGHT, lines)

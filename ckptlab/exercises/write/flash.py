@@ -14,7 +14,6 @@ import numpy as np
 from ckptlab import device, reference
 from ckptlab.exercises.write.spec import Case, Exercise, Output, StepText, fixed_normal
 from ckptlab.kernels import flash
-from ckptlab.kernels.table import LANES
 from ckptlab.measure import traffic
 
 TILES = (16, 16)  # (Br, Bc) of both kernels in the check: several tiles at small N
@@ -144,7 +143,7 @@ def traffic_forward(case):
                                          case.options["causal"], *TILES)
 
 
-ROWS = {"i": TILES[0], "c": LANES}
+ROWS = {"i": TILES[0]}
 
 FLASH_FORWARD = Exercise(
     name="flash_forward", lab="04", title="the FlashAttention forward's online softmax",
@@ -198,6 +197,7 @@ FLASH_FORWARD = Exercise(
             "Step 1 scales the dot product by `scale`; step 4 divides acc by l once."),
     },
     kernels=("attn_flash_fwd",),
+    picture=("attn_flash_fwd", ("O", "L")),
 )
 
 
@@ -222,9 +222,9 @@ def traffic_backward(case):
                                           case.options["causal"], False, *TILES)
 
 
-GRADS = (Output("dQ", ("b", "h", "i", "c"), {"i": TILES[0], "c": LANES}),
-         Output("dK", ("b", "h", "j", "c"), {"j": TILES[1], "c": LANES}),
-         Output("dV", ("b", "h", "j", "c"), {"j": TILES[1], "c": LANES}))
+GRADS = (Output("dQ", ("b", "h", "i", "c"), {"i": TILES[0]}),
+         Output("dK", ("b", "h", "j", "c"), {"j": TILES[1]}),
+         Output("dV", ("b", "h", "j", "c"), {"j": TILES[1]}))
 
 FLASH_BACKWARD = Exercise(
     name="flash_backward", lab="05",
@@ -289,6 +289,7 @@ FLASH_BACKWARD = Exercise(
             "Steps 2-3: dS_ij = P_ij (dP_ij - D_i), and dK_j += dS_ij Q_i over the rows i."),
     },
     kernels=("attn_flash_bwd_dkdv", "attn_flash_bwd_preprocess"),
+    picture=("attn_flash_bwd_dkdv", ("dQ", "dK", "dV")),
 )
 
 
@@ -339,4 +340,5 @@ DROPOUT_BACKWARD = Exercise(
             "dropout_factor already returns Z / (1 - p): multiply by it once."),
     },
     kernels=("attn_flash_bwd_dkdv",),
+    picture=("attn_flash_bwd_dkdv", ("dQ", "dK", "dV")),
 )

@@ -115,6 +115,7 @@ ROW_SOFTMAX = Exercise(
     alternatives=ROW_SLIPS,
     traffic=lambda case: [traffic.softmax_rows(case.sizes["R"], case.sizes["C"])],
     kernels=("softmax_rows",),
+    picture=("softmax_rows", ("y",)),
     hints={
         "one_tile": (
             "Rows shorter than the warp are wrong. What do the lanes that see no column hold, "
@@ -203,6 +204,7 @@ NAIVE_SOFTMAX = Exercise(
     inputs=scores_inputs, run=naive_softmax_run, truth=naive_softmax_truth,
     traffic=lambda case: [naive_traffic_of(case, "attn_naive_softmax")],
     kernels=("attn_naive_softmax",),
+    picture=("attn_naive_softmax", ("P",)),
 )
 
 
@@ -297,6 +299,7 @@ NAIVE_DS = Exercise(
     alternatives=DS_SLIPS,
     traffic=lambda case: [naive_traffic_of(case, "attn_naive_bwd_ds")],
     kernels=("attn_naive_bwd_ds",),
+    picture=("attn_naive_bwd_ds", ("dS",)),
     hints={
         ("dS", "everywhere"): (
             "dS is wrong everywhere. Is D the sum over the whole row, the same value in every "

@@ -81,6 +81,9 @@ class Exercise:
     # what a wrong output may equal instead: pattern -> (what it is, (case, inputs) -> dict of
     # float64 outputs, or None where that slip changes nothing in the case)
     alternatives: dict = field(default_factory=dict)
+    # the picture of who touched what (`check --picture`): the launch (a kernel name, or its
+    # name before '<') and the output arguments whose writers are drawn
+    picture: tuple = ()
     rtol: float = RTOL
 
     @property

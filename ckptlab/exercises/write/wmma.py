@@ -98,6 +98,7 @@ WMMA_TILE_EXERCISE = Exercise(
     traffic=lambda case: [traffic.wmma_gemm(case.sizes["M"], case.sizes["N"], case.sizes["K"],
                                             CTYPES[case.options["dtype"]])],
     kernels=tuple(f"wmma_gemm<{c}>" for c in CTYPES.values()),
+    picture=("wmma_gemm", ("C",)),
     hints={
         "tile_transposed": (
             "Every tile of C comes out transposed. In which layout does the accumulator go "
