@@ -157,15 +157,15 @@ __global__ void __launch_bounds__(Bc * LANES) attn_flash_bwd_dkdv(const float* Q
             const int ii = lane + rr * LANES, i = q0 + ii;
             // S_ij: read back (stored; this thread's own entry of the staged tile), or
             // recomputed (flash): S_ij = scale q_i . k_j
-            // >>> flash_backward 1: S_ij, recomputed (flash), and P_ij = exp(S_ij - L_i)
+            // >>> flash_backward 1: S_ij (recomputed, flash), dO_i . V_j, P_ij = exp(S_ij - L_i)
             const float s = STORED ? Pds[ii][y] : scale * row_dot<Dt>(Qs[ii], Ks[y]);
+            const float dpd = row_dot_split<Dt>(dOs[ii], Vs[y]);  // (dO V^T)_ij
             const float p = visible(i, j, Nq, Nk, causal) ? expf(s - Ls[ii]) : 0.0f;  // P_ij = exp(S_ij - L_i)
             // <<< flash_backward 1
             // >>> dropout_backward 1: Z_ij / (1 - p) again, from (seed, offset)
             const float z = p > 0.0f ? dropout_factor(drop, (bh * Nq + i) * Nk + j) : 0.0f;
             // <<< dropout_backward 1
-            // >>> flash_backward 2: dP_ij, then P_dropped and dS_ij into shared memory
-            const float dpd = row_dot_split<Dt>(dOs[ii], Vs[y]);  // (dO V^T)_ij
+            // >>> flash_backward 2: P_dropped and dS_ij into shared memory
             // >>> dropout_backward 2: where Z enters: P_dropped for dV, dP for dS
             Pds[ii][y] = p * z;
             dSs[ii][y] = p * (dpd * z - Ds[ii]);  // dS_ij = P_ij (dP_ij - D_i)

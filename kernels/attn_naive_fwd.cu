@@ -64,12 +64,12 @@ extern "C" __global__ void attn_naive_softmax(const float* S, float* P, int Nq, 
             m = m_new;
         }
     }
-    float* p = P + row * Nk;
     // >>> naive_softmax 2: P_ij = exp(S_ij - m_i) / l_i (a row that sees no key: P = 0)
     // A row with no visible key has m = -inf and l = 0: subtract 0 and scale by 0 instead, so
     // P = exp(-inf) * 0 = 0 (every S_ij is still read once, as the traffic model counts).
     const float m_ref = m == -INFINITY ? 0.0f : m;
     const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+    float* p = P + row * Nk;
     for (int j = lane; j < Nk; j += WARP) p[j] = expf(s[j] - m_ref) * inv_l;
     // <<< naive_softmax 2
 }

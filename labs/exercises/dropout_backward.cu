@@ -166,6 +166,7 @@ __global__ void __launch_bounds__(Bc * LANES) attn_flash_bwd_dkdv(const float* Q
             // S_ij: read back (stored; this thread's own entry of the staged tile), or
             // recomputed (flash): S_ij = scale q_i . k_j
             const float s = STORED ? Pds[ii][y] : scale * row_dot<Dt>(Qs[ii], Ks[y]);
+            const float dpd = row_dot_split<Dt>(dOs[ii], Vs[y]);  // (dO V^T)_ij
             const float p = visible(i, j, Nq, Nk, causal) ? expf(s - Ls[ii]) : 0.0f;  // P_ij = exp(S_ij - L_i)
             // >>> YOUR CODE, step 1 of 2: Z_ij / (1 - p) again, from (seed, offset)
             //     z = Z_ij / (1 - p) for this (i, j): dropout_factor(drop, index) with the
@@ -174,7 +175,6 @@ __global__ void __launch_bounds__(Bc * LANES) attn_flash_bwd_dkdv(const float* Q
             //     Defines: z.
             const float z = 1.0f;
             // <<< end of step 1
-            const float dpd = row_dot_split<Dt>(dOs[ii], Vs[y]);  // (dO V^T)_ij
             // >>> YOUR CODE, step 2 of 2: where Z enters: P_dropped for dV, dP for dS
             //     Where Z enters: dV needs the dropped P (O = P_dropped V), and dP, the
             //     gradient reaching the undropped P, is (dO_i . V_j) * z (dpd holds

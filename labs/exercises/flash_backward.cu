@@ -166,19 +166,21 @@ __global__ void __launch_bounds__(Bc * LANES) attn_flash_bwd_dkdv(const float* Q
             const int ii = lane + rr * LANES, i = q0 + ii;
             // S_ij: read back (stored; this thread's own entry of the staged tile), or
             // recomputed (flash): S_ij = scale q_i . k_j
-            // >>> YOUR CODE, step 1 of 4: S_ij, recomputed (flash), and P_ij = exp(S_ij - L_i)
+            // >>> YOUR CODE, step 1 of 4: S_ij (recomputed, flash), dO_i . V_j, P_ij = exp(S_ij - L_i)
             //     S_ij = scale * q_i . k_j, recomputed from the tiles in shared memory
             //     (row_dot<Dt>(Qs[ii], Ks[y]); keep STORED's branch: S_ij = Pds[ii][y]);
-            //     P_ij = exp(S_ij - L_i) where i sees j (visible(i, j, Nq, Nk, causal)),
-            //     else 0. L_i is Ls[ii]. Defines: s, p.
+            //     dpd = dO_i . V_j (row_dot_split<Dt>(dOs[ii], Vs[y])), the dP before
+            //     dropout; P_ij = exp(S_ij - L_i) where i sees j (visible(i, j, Nq, Nk,
+            //     causal)), else 0. L_i is Ls[ii]. Defines: s, dpd, p.
             const float s = STORED ? Pds[ii][y] : 0.0f;
+            const float dpd = 0.0f;
             const float p = 0.0f;
             // <<< end of step 1
             const float z = p > 0.0f ? dropout_factor(drop, (bh * Nq + i) * Nk + j) : 0.0f;
-            // >>> YOUR CODE, step 2 of 4: dP_ij, then P_dropped and dS_ij into shared memory
-            //     dP_ij = (dO_i . V_j) * z (row_dot_split<Dt>(dOs[ii], Vs[y]) is dO_i . V_j;
-            //     z = Z_ij / (1 - p) is given above). Write the dropped P for dV,
-            //     Pds[ii][y] = P_ij * z, and dSs[ii][y] = P_ij * (dP_ij - D_i), D_i = Ds[ii].
+            // >>> YOUR CODE, step 2 of 4: P_dropped and dS_ij into shared memory
+            //     dP_ij = dpd * z (z = Z_ij / (1 - p) is given above). Write the dropped P
+            //     for dV, Pds[ii][y] = P_ij * z, and dSs[ii][y] = P_ij * (dP_ij - D_i),
+            //     D_i = Ds[ii].
             // <<< end of step 2
         }
         __syncthreads();  // dK/dV read column y of P and dS (own row group), but dQ reads whole

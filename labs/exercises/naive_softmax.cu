@@ -67,10 +67,10 @@ extern "C" __global__ void attn_naive_softmax(const float* S, float* P, int Nq, 
             m = m_new;
         }
     }
-    float* p = P + row * Nk;
     // >>> YOUR CODE, step 2 of 2: P_ij = exp(S_ij - m_i) / l_i (a row that sees no key: P = 0)
-    //     P_ij = exp(S_ij - m) / l for the lane's keys, into p[j]. A row that sees no
-    //     key (m = -inf, l = 0) gets P = 0: subtract 0 there and scale by 0.
+    //     P_ij = exp(S_ij - m) / l for the lane's keys j, into row i of P (it starts
+    //     at P + row * Nk; s points at row i of S). A row that sees no key (m = -inf,
+    //     l = 0) gets P = 0: subtract 0 there and scale by 0.
     // <<< end of step 2
 }
 
