@@ -146,6 +146,7 @@ def _torchrun(cfg: Config) -> int:
     return 1 if check(result) else 0
 
 
+SEED_LIMIT = 2**63 - 1  # torch.manual_seed overflows past a signed 64-bit int
 PIPE = {"both": ("gpipe", "1f1b"), "gpipe": ("gpipe",), "1f1b": ("1f1b",)}
 MICROBATCHES = 4  # --pipeline's default: 1F1B on up to 4 stages, 2 sequences each (batch 8)
 PIPE_SCHEDULE = "every(1)"  # --pipeline's default: a budget below a stage's own plain peak
@@ -192,6 +193,9 @@ def parse(argv) -> tuple[int, Config, str, dict]:
     if a["schedule"] is None:
         a["schedule"] = PIPE_SCHEDULE if piped else Config.schedule
     cfg = Config(**a)
+    if cfg.seed >= SEED_LIMIT:
+        p.error(f"--seed: expected an integer in [0, {SEED_LIMIT - 1}] (torch's generators take "
+                f"a 64-bit seed, and the batch's is --seed + 1), got {cfg.seed}")
     heads = tp.Shape().a
     if heads % nproc and not (sharded or piped):  # only DDP runs the tensor-parallel block
         p.error(f"--nproc {nproc} must divide {heads}, the heads of the tensor-parallel block")

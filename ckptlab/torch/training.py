@@ -44,6 +44,7 @@ EMU_FLOPS = 1e9
 CPU_FLOPS = 2e11
 MAX_SECONDS = 3600.0  # a demo: an hour of modeled work is a mistake in the options
 HEADROOM = 0.8  # of the available host RAM, as the CLI's size checks (ckptlab.cli.report)
+PROCESS_BYTES = 310_000_000  # a rank's own: Python, PyTorch and ckptlab imported (VmHWM measured)
 
 
 def available_ram() -> int:
@@ -59,24 +60,24 @@ def n_params(cfg: Config) -> int:
 def check_size(cfg: Config, nproc: int) -> None:
     """ValueError (one line) before anything is built, if the run cannot fit in the host's RAM
     or would take more than MAX_SECONDS even at generous rates. Modeled: every process (nproc
-    ranks and this one, which runs the whole batch) holds the parameters, their gradients and
-    Adam's two states (16 bytes a parameter), and twice what its slice saves with nothing
-    recomputed (the saved set and the backward's transients); FLOPs of a step are
-    6 x parameters x tokens plus the causal attention's 6 B N^2 C a layer, for the steps and the
-    profile (two more), on the ranks and the one-process reference."""
+    ranks and this one, which runs the whole batch) holds PyTorch itself (PROCESS_BYTES), the
+    parameters, their gradients and Adam's two states (16 bytes a parameter), and twice what
+    its slice saves with nothing recomputed (the saved set and the backward's transients).
+    FLOPs of a step: 6 x parameters x tokens plus the causal attention's 6 B N^2 C a layer, for
+    the steps and the profile (two more), on the ranks and the one-process reference."""
     shape = step_memory.nets_gpt(cfg.layers, cfg.width, cfg.heads, cfg.seq, cfg.vocab)
     saved = {b: gpt_bytes.stage_bytes(shape, b, cfg.layers, True, True, "none", cfg.attn)
              for b in {cfg.batch, max(1, cfg.batch // nproc)}}
     params = n_params(cfg)
-    need = (nproc + 1) * 16 * params + 2 * saved[cfg.batch] \
+    need = (nproc + 1) * (16 * params + PROCESS_BYTES) + 2 * saved[cfg.batch] \
         + 2 * nproc * saved[max(1, cfg.batch // nproc)]
     have = available_ram()
     if need > HEADROOM * have:
-        raise ValueError(f"the model ({params:,} parameters) and its activations need ~"
-                         f"{need / 1e9:.2f} GB on {nproc + 1} processes, but only "
+        raise ValueError(f"the model ({params:,} parameters), its activations and PyTorch need ~"
+                         f"{need / 1e9:.2f} GB in {nproc + 1} processes, but only "
                          f"{have / 1e9:.2f} GB of host RAM is available (using at most "
                          f"{HEADROOM:.0%}): choose a smaller --seq, --width, --layers, "
-                         f"--vocab or --batch")
+                         f"--vocab, --batch or --nproc")
     tokens = cfg.batch * cfg.seq
     attention = 6 * cfg.batch * cfg.seq ** 2 * cfg.width * cfg.layers
     rest = 6 * params * tokens
