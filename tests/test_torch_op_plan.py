@@ -97,3 +97,27 @@ def test_against_torch_compile_budget():
     finally:
         fcfg.activation_memory_budget = old
         torch._dynamo.reset()
+
+
+def test_a_plan_that_keeps_some_outputs_inside_a_checkpointed_block():
+    """A budget between "keep nothing" and "plain" where some block is checkpointed keeping
+    part of its matmul outputs: the selective policy must tell the forward's k-th call of an
+    op from the recompute's (two counters), or the kept outputs are the wrong ones and the
+    bytes or the replayed FLOPs are off."""
+    model, x, y, prof = setup(2, 16, 32, 2, 2, 32)
+    end0, _, flops0, loss0, _ = measure(model, x, y, ["plain"] * len(prof))
+    fixed = end0 - sum(p.plain for p in prof)
+    partial = None
+    least = sum(p.frontier[0][0] for p in prof)  # every block keeping the least it can
+    for budget in range(least, end0 - fixed, 2048):
+        choice, held, replay = op_plan.plan(prof, budget)
+        if any(c != "plain" and 0 < len(c) < len(p.items) for c, p in zip(choice, prof,
+                                                                           strict=True)):
+            partial = choice, held, replay
+            break
+    assert partial is not None, "no budget keeps part of a block's outputs"
+    choice, held, replay = partial
+    end, _, flops, loss, _ = measure(model, x, y, choice)
+    assert end == held + fixed
+    assert flops - flops0 == replay > 0
+    assert torch.equal(loss, loss0)

@@ -153,6 +153,10 @@ def plan(blocks: list, budget_bytes: int) -> tuple:
 
 
 def _policy(keep: frozenset):
+    """MUST_SAVE for the k-th call of an op when (op, k) is kept. The forward and a recompute
+    count calls apart; PyTorch 2.13 asks the policy in the forward only (its recompute replays
+    the cache by op and call index, checkpoint.py's _CachedTorchDispatchMode), older versions
+    in both."""
     seen = {False: {}, True: {}}
 
     def policy_fn(ctx, op, *args, **kwargs):
