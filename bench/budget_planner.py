@@ -17,7 +17,11 @@ The model: a ckptlab.torch.nets GPT with SDPA's math attention (--layers, --widt
                  every block keeping its input only, plain nothing recomputed; which matmul
                  outputs each block and the head keep (fewest replayed matmul FLOPs), run eagerly
                  as PyTorch selective checkpointing.
-  op-level@torch the same planner given the bytes torch.compile measured at b (same bytes).
+  op-level(time) the same budget, planned by modeled time instead of FLOPs (op_plan's
+                 cost="time": each op a launch plus the larger of its FLOPs and its bytes at this
+                 CPU's rates, measured first: op_plan.TimeModel.measure), every replayed op
+                 counted;
+  op-level@torch the FLOP planner given the bytes torch.compile measured at b (same bytes).
   optimal        ckptlab's block-level optimum, optimal(b x 100%): whole blocks checkpointed,
                  its budget b of the plain peak (the replay included).
 and once: none (eager, nothing recomputed), torch.compile at b = 1, keep(matmul) (ckptlab's
@@ -177,7 +181,10 @@ def run(args) -> list:
     add("-", "none", eager, eager)
     torch_base = measure(compiled(model, x, y, 1.0), params, zero, args.repeats)
     add("-", "torch.compile", torch_base, torch_base, note="no budget (b = 1)")
-    prof_ops = op_plan.profile_blocks(op_plan.stages(model, y), x)
+    tm = op_plan.TimeModel.measure()
+    print(f"time model (measured here, medians): launch {tm.launch_s * 1e6:.1f} us, "
+          f"{tm.flops_per_s / 1e9:.1f} GFLOP/s, {tm.bytes_per_s / 1e9:.1f} GB/s")
+    prof_ops = op_plan.profile_blocks(op_plan.stages(model, y), x, time_model=tm)
     fixed = eager["saved"] - sum(p.plain for p in prof_ops)
     plain = sum(p.plain for p in prof_ops)
     least = sum(p.frontier[0][0] for p in prof_ops)
@@ -189,11 +196,14 @@ def run(args) -> list:
         mine = int(least + b * (plain - least))
         choice, _, _ = op_plan.plan(prof_ops, mine)
         ours = measure(lambda c=choice: op_plan.run(model, x, y, c), params, zero, args.repeats)
+        choice, _, _ = op_plan.plan(prof_ops, mine, cost="time")
+        timed = measure(lambda c=choice: op_plan.run(model, x, y, c), params, zero, args.repeats)
         theirs = measure(compiled(model, x, y, b), params, zero, args.repeats)
         both0 = ours["flops"] == eager["flops"] and theirs["flops"] == torch_base["flops"]
         note = "both 0 FLOPs: says nothing about either planner" if both0 else ""
         add(b, "torch.compile", theirs, torch_base, note=note)
         add(b, "op-level", ours, eager, mine + fixed, note)
+        add(b, "op-level(time)", timed, eager, mine + fixed)
         try:
             choice, _, _ = op_plan.plan(prof_ops, theirs["saved"] - fixed)
             add(b, "op-level@torch", measure(lambda c=choice: op_plan.run(model, x, y, c),
@@ -211,8 +221,8 @@ def run(args) -> list:
 
 def verdict(rows) -> list[str]:
     """Per budget: op-level (planned first) against torch.compile, quantity by quantity."""
-    lines = ["op-level (planned first) / torch.compile at the same budget: saved, peak, "
-             "recompute FLOPs, replayed bytes, replay ms"]
+    lines = ["op-level (planned first, by FLOPs) / torch.compile at the same budget: saved, "
+             "peak, recompute FLOPs, replayed bytes, replay ms (and by time)"]
     by = {(r["budget"], r["method"]): r for r in rows}
     for b in sorted({r["budget"] for r in rows if isinstance(r["budget"], float)}):
         ours, theirs = by.get((b, "op-level")), by.get((b, "torch.compile"))
@@ -220,9 +230,11 @@ def verdict(rows) -> list[str]:
             continue
         ratio = [_ratio(ours[k], theirs[k]) for k in ("saved_bytes", "peak_bytes",
                                                       "recompute_flops", "replayed_bytes")]
+        timed = by.get((b, "op-level(time)"))
         lines.append(f"{b:>5}  " + "  ".join(ratio) + f"  {ours['replay_ms']:+.2f} vs "
-                     f"{theirs['replay_ms']:+.2f} ms" + (f"  ({ours['note']})" if ours["note"]
-                                                          else ""))
+                     f"{theirs['replay_ms']:+.2f} ms"
+                     + (f" (by time {timed['replay_ms']:+.2f})" if timed else "")
+                     + (f"  ({ours['note']})" if ours["note"] else ""))
     return lines
 
 
@@ -237,7 +249,8 @@ def figure(rows, path) -> None:
     FigureCanvasAgg(fig)
     left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     for method, style in (("torch.compile", "o-"), ("op-level", "s--"),
-                          ("op-level@torch", "x:"), ("optimal", "^:"), ("keep(matmul)", "D")):
+                          ("op-level(time)", "v--"), ("op-level@torch", "x:"), ("optimal", "^:"),
+                          ("keep(matmul)", "D")):
         pts = sorted((r["saved_bytes"], r["recompute_flops"], r["peak_bytes"], r["replay_ms"])
                      for r in rows if r["method"] == method)
         if pts:
@@ -277,7 +290,7 @@ def check_size(args) -> None:
                 f"B={args.batch} N={args.seq}", target="emu", hint="choose smaller sizes")
     flops = 6 * shape.params() * args.batch * args.seq \
         + 12 * args.batch * args.seq ** 2 * args.width * args.layers
-    steps = (args.repeats + 4) * (3 + 4 * len(args.budgets))
+    steps = (args.repeats + 4) * (3 + 5 * len(args.budgets))
     if steps * flops / CPU_FLOPS > MAX_SECONDS:
         raise TooBig(f"{steps} steps of {flops:.3g} FLOPs would take at least "
                      f"{steps * flops / CPU_FLOPS / 60:,.0f} minutes (modeled at {CPU_FLOPS:g} "
