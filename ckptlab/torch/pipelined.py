@@ -23,6 +23,7 @@ to float32 rounding (training.TOLERANCE): the schedule averages the micro-batche
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict
 
 import torch
@@ -250,8 +251,9 @@ def report(result: dict) -> str:
             lines.append(f"{pipeline.NAMES[kind]:<8} {r['rank']:>5} {blocks:>7} "
                          f"{r['plan']:<22} {r['in_flight']:>9} {max(r['peaks']):>11,} "
                          f"{r['predicted']:>10,} {modeled:>9} {grad_diff(r, ref):>10.1e}")
-    lines.append("(bytes: saved peak measured by storage, TorchLedger; predicted by ckptlab "
-                 "from each stage's profile; modeled in closed form, none and every(1) only)")
+    lines.append("(plan: the stage's blocks numbered from 0; bytes: saved peak measured by "
+                 "storage, TorchLedger; predicted by ckptlab from each stage's profile; modeled "
+                 "in closed form, none and every(1) only)")
     head = "".join(f" {'loss, ' + pipeline.NAMES[k]:>14}" for k in result["kinds"])
     lines.append(f"{'step':>4}{head} {'loss, 1 process':>16}")
     for k, want in enumerate(ref["losses"]):
@@ -291,7 +293,6 @@ def torchrun(cfg: Config, kinds, m: int) -> int:
 
 def main(nproc: int, cfg: Config, kinds, m: int) -> int:
     """The demo's --pipeline mode: spawn nproc ranks (or join torchrun's), report, exit status."""
-    import os
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         return torchrun(cfg, kinds, m)
     result = run(nproc, cfg, kinds, m)
