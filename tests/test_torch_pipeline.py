@@ -168,3 +168,16 @@ def test_ranks_hold_what_ckptlab_predicts_and_train_as_one_process(spawned):
     ref = result["reference"]["losses"]
     assert ref[-1] < ref[0]  # it trains
     assert "all equal" in pipelined.report(result)
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(nproc=3, cfg=TINY), "2 layers cannot fill 3 stages"),
+    (dict(nproc=2, cfg=TINY, microbatches=3), "batch 4 must be divisible by microbatches 3"),
+    (dict(nproc=2, cfg=TINY, microbatches=1), "1F1B needs a micro-batch a stage at least"),
+    (dict(nproc=2, cfg=TINY, microbatches=0), "m: expected an int >= 1"),
+    (dict(nproc=2, cfg=TINY, kinds=("zb",)), "pipeline schedule: expected one of"),
+])
+def test_run_refuses_before_any_process_starts(kw, message, monkeypatch):
+    monkeypatch.setattr(pipelined.cdist, "spawn", lambda *a: pytest.fail("spawned"))
+    with pytest.raises(ValueError, match=message):
+        pipelined.run(**kw)

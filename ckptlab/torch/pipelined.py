@@ -169,7 +169,7 @@ def _train(rank: int, nproc: int, cfg: Config, kind: str, m: int) -> dict:
             sched.step(*args, **kw)
         peaks.append(led.peak)
         if step == 0:
-            grads = {names[id(p)]: p.grad.detach().clone() for p in mod.parameters()}
+            grads = {names[id(p)]: p.grad.detach().cpu().clone() for p in mod.parameters()}
         loss = torch.tensor(sum(float(v.detach()) for v in mb) / m if last else 0.0,
                             dtype=torch.float64, device=dev)
         dist.broadcast(loss, src=nproc - 1)
@@ -200,8 +200,18 @@ def reference(cfg: Config) -> dict:
 
 def run(nproc: int = 2, cfg: Config | None = None, kinds=pipeline.SCHEDULES,
         microbatches: int = 4) -> dict:
-    """nproc ranks (new processes), one stage each, under each schedule; then the reference."""
+    """nproc ranks (new processes), one stage each, under each schedule; then the reference.
+    ValueError, before any process starts, for what torch's schedules would refuse inside one:
+    fewer blocks than stages, unequal micro-batches, 1F1B with fewer micro-batches than
+    stages."""
     cfg = cfg or Config()
+    pipeline.split_layers(cfg.layers, nproc)
+    for kind in kinds:
+        pipeline.actions(kind, 0, nproc, microbatches)
+    if cfg.batch % microbatches:
+        raise ValueError(f"batch {cfg.batch} must be divisible by microbatches {microbatches}")
+    if "1f1b" in kinds and microbatches < nproc:
+        raise ValueError(f"1F1B needs a micro-batch a stage at least: {microbatches} < {nproc}")
     ranks = cdist.spawn(train, nproc, cfg, tuple(kinds), microbatches)
     return dict(nproc=nproc, config=asdict(cfg), kinds=list(kinds), microbatches=microbatches,
                 ranks=ranks, backend=cdist.backend(nproc), reference=reference(cfg))
