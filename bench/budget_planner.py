@@ -255,8 +255,8 @@ def figure(rows, path) -> None:
                      for r in rows if r["method"] == method)
         if pts:
             left.plot([p[0] / 1e6 for p in pts], [p[1] / 1e6 for p in pts], style, label=method)
-            pts.sort(key=lambda p: p[2])
-            right.plot([p[2] / 1e6 for p in pts], [p[3] for p in pts], style, label=method)
+            right.plot([p[2] / 1e6 for p in pts], [p[3] for p in pts], style[0],
+                       linestyle="none", label=method)  # points, not a curve
     left.set_xlabel("saved bytes at the end of the forward (MB, measured)")
     left.set_ylabel("recompute FLOPs (M, counted: matmuls)")
     right.set_xlabel("allocated peak of the step (MB, measured)")
