@@ -54,6 +54,41 @@ def test_one_rank_fsdp_holds_what_ckptlab_predicts(one_rank):
     assert got["optimizer"] == 2 * got["params"] + 4 * n_tensors
 
 
+def one_rank_result(cfg, optimizer="adam"):
+    return dict(nproc=1, config=cfg.__dict__, ranks=[fsdp.train(0, 1, cfg, True, optimizer)])
+
+
+@pytest.mark.parametrize("attn", ["flash", "math"])
+@pytest.mark.parametrize("schedule", ["every(1)", "none"])
+def test_the_activations_term_is_exact_for_the_attention_run(one_rank, attn, schedule):
+    """At L=3 C=48 heads=3 N=24 and 3 sequences a rank, step_memory's standard attention
+    predicts 271,488 bytes under every(1): flash keeps O and L where it keeps P, and 265,440
+    are held. The table's activations are gpt_bytes', exact for both kinds."""
+    cfg = demo.Config(steps=1, layers=3, width=48, heads=3, seq=24, batch=3, vocab=32,
+                      attn=attn, schedule=schedule)
+    result = one_rank_result(cfg)
+    want, got = fsdp.predicted(result), fsdp.measured(result["ranks"][0])
+    assert want["activations"] == got["activations"] == result["ranks"][0]["predicted"]
+    for term in ("logits", "unit"):
+        assert want[term] == got[term], term
+    if (attn, schedule) == ("flash", "every(1)"):
+        assert got["activations"] == 265_440
+
+
+def test_the_prediction_takes_each_ranks_slice_of_the_batch():
+    """predicted() of a 2-rank run at global batch 6 is the 1-rank prediction at batch 3 in
+    every per-rank term but the sharded states (a model of the global batch would double the
+    activations and the logits)."""
+    def terms(n, batch):
+        cfg = dict(CFG.__dict__, batch=batch, schedule="every(1)", attn="flash")
+        return fsdp.predicted(dict(config=cfg, nproc=n, ranks=[dict(optimizer_name="adam")]))
+    two, one = terms(2, 6), terms(1, 3)
+    for term in ("activations", "logits", "unit"):
+        assert two[term] == one[term], term
+    assert two["logits"] == 4 * CFG.seq * 3 * CFG.vocab
+    assert two["params"] == -(-one["params"] // 2)
+
+
 def test_bad_optimizer_is_one_clear_error():
     with pytest.raises(ValueError, match="optimizer: expected one of"):
         fsdp.train(0, 1, CFG, shard=False, optimizer="lion")
@@ -61,7 +96,8 @@ def test_bad_optimizer_is_one_clear_error():
 
 @pytest.fixture(scope="module", params=[2, 4])
 def result(request):
-    return fsdp.run(request.param, CFG, optimizer="adam")
+    return fsdp.run(request.param, demo.Config(**{**CFG.__dict__, "schedule": "every(1)"}),
+                    optimizer="adam")
 
 
 @pytest.mark.slow
@@ -81,3 +117,11 @@ def test_fsdp_ranks_equal_one_process_and_shard_the_state(result):
     # activations: the ranks' slices sum to the whole batch's
     assert result["ranks"][0]["predicted"] < ref["predicted"]
     assert "MISMATCH" not in fsdp.report(result)
+    # the memory table, term by term: exact but where the padding of the shards explains it
+    rows = {r["term"]: r for r in fsdp.step_memory.compare(fsdp.predicted(result),
+                                                           fsdp.measured(result["ranks"][0]))}
+    assert set(rows) == {"params", "grads", "optimizer", "activations", "unit", "logits"}
+    for term in ("activations", "unit", "logits"):
+        assert rows[term]["predicted"] == rows[term]["measured"], term
+    for term in ("params", "grads", "optimizer"):
+        assert abs(rows[term]["rel"]) <= 0.02, term

@@ -124,3 +124,31 @@ def test_sparse_nested_and_meta_tensors_are_named(kind, make, error, message, ca
             ct.flash_attn_func(*t)
         else:
             ct.flash_attn_varlen_func(*t, offsets([3]), offsets([3]), 3, 3)
+
+
+class _TupleBlock(torch.nn.Module):
+    """A block returning (y, 2y), taking such a pair or a tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        x = x[0] if isinstance(x, tuple) else x
+        y = self.lin(x).tanh()
+        return y, 2 * y
+
+
+def test_a_budgeted_schedule_on_blocks_returning_tuples_names_the_stage():
+    """optimal(...) profiles each block's output as one tensor: a tuple is a TypeError naming
+    the block (it was an AttributeError from inside the profiler); sqrt needs no profile and
+    runs the same chain."""
+    blocks = [_TupleBlock() for _ in range(4)]
+    x = torch.randn(2, 4, requires_grad=True)
+    with pytest.raises(TypeError, match="profile: stage 0 returned a tuple; a profile measures"):
+        ct.checkpoint_sequential(blocks, x, "optimal(40%)")
+    with pytest.raises(TypeError, match="stage 0 returned a tuple"):
+        ct.profile(blocks, x)
+    y, _ = ct.checkpoint_sequential(blocks, x, "sqrt")
+    y.sum().backward()
+    assert x.grad is not None and x.grad.shape == x.shape

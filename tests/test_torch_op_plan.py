@@ -97,3 +97,59 @@ def test_against_torch_compile_budget():
     finally:
         fcfg.activation_memory_budget = old
         torch._dynamo.reset()
+
+
+def test_a_plan_that_keeps_some_outputs_inside_a_checkpointed_block():
+    """A budget between "keep nothing" and "plain" where some block is checkpointed keeping
+    part of its matmul outputs: the selective policy must tell the forward's k-th call of an
+    op from the recompute's (two counters), or the kept outputs are the wrong ones and the
+    bytes or the replayed FLOPs are off."""
+    model, x, y, prof = setup(2, 16, 32, 2, 2, 32)
+    end0, _, flops0, loss0, _ = measure(model, x, y, ["plain"] * len(prof))
+    fixed = end0 - sum(p.plain for p in prof)
+    partial = None
+    least = sum(p.frontier[0][0] for p in prof)  # every block keeping the least it can
+    for budget in range(least, end0 - fixed, 2048):
+        choice, held, replay = op_plan.plan(prof, budget)
+        if any(c != "plain" and 0 < len(c) < len(p.items) for c, p in zip(choice, prof,
+                                                                           strict=True)):
+            partial = choice, held, replay
+            break
+    assert partial is not None, "no budget keeps part of a block's outputs"
+    choice, held, replay = partial
+    end, _, flops, loss, _ = measure(model, x, y, choice)
+    assert end == held + fixed
+    assert flops - flops0 == replay > 0
+    assert torch.equal(loss, loss0)
+
+
+def test_a_time_cost_counts_what_flops_leave_out():
+    """TimeModel by hand: launch + max(FLOPs / rate, bytes / bandwidth). Under cost="time" a
+    checkpointed block keeping every matmul output still costs its LayerNorms, softmax, GeLU
+    and adds (0 FLOPs, more than 0 seconds); each plan holds what it predicts."""
+    tm = op_plan.TimeModel(launch_s=1e-6, flops_per_s=1e9, bytes_per_s=1e8)
+    assert tm.seconds(2000, 100) == pytest.approx(3e-6)
+    assert tm.seconds(0, 1000) == pytest.approx(1.1e-5)
+    model, x, y, _ = setup(2, 16, 32, 2, 2, 32)
+    prof = op_plan.profile_blocks(op_plan.stages(model, y), x, time_model=tm)
+    for p in prof:
+        keep_all = [pt for pt in p.frontier_time if pt[2] != "plain" and
+                    len(pt[2]) == len(p.items)]
+        assert keep_all and keep_all[0][1] == pytest.approx(p.seconds - sum(p.item_seconds))
+        assert keep_all[0][1] > 0  # the FLOP frontier gives the same choice 0
+    end0, _, flops0, loss0, _ = measure(model, x, y, ["plain"] * len(prof))
+    fixed = end0 - sum(p.plain for p in prof)
+    for frac in (0.9, 0.5):
+        budget = int(frac * (end0 - fixed))
+        for cost in op_plan.COSTS:
+            choice, held, replay = op_plan.plan(prof, budget, cost)
+            end, _, flops, loss, _ = measure(model, x, y, choice)
+            assert end == held + fixed <= budget + fixed
+            assert torch.equal(loss, loss0)
+            if cost == "flops":
+                assert flops - flops0 == replay
+    assert op_plan.plan(prof, 10**12, "time")[2] == 0  # everything plain
+    with pytest.raises(ValueError, match="needs blocks profiled with a TimeModel"):
+        op_plan.plan(setup(2, 16, 32, 2, 1, 32)[3], 10**12, "time")
+    with pytest.raises(ValueError, match="cost: expected one of"):
+        op_plan.plan(prof, 10**12, "watts")

@@ -74,3 +74,15 @@ def rel(x, y) -> float:
     """Relative Frobenius error ||x - y|| / ||y|| in float64."""
     x, y = x.detach().double(), y.detach().double()
     return float((x - y).norm() / y.norm())
+
+
+def rule_violation(name: str, x, truth, fp32, slack: float = 0.0):
+    """Why `x` fails the kernels' rule against the float64 `truth`, or None: relative error
+    <= TOL, and <= 2x the error of the same oracle in float32 (`fp32`) + FLOOR + `slack` (what
+    forming P from the stored L costs: lse_slack)."""
+    err, err32 = rel(x, truth), rel(fp32, truth)
+    if not err <= TOL:
+        return f"{name}: relative error {err:.2e} > {TOL}"
+    if not err <= 2 * err32 + FLOOR + slack:
+        return (f"{name}: {err:.2e} > 2x fp32's {err32:.2e} + {slack:.1e} (L's rounding)")
+    return None

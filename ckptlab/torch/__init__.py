@@ -29,6 +29,10 @@ more than one process on PyTorch's own distributed engine.
     tensor_parallel.py  Megatron's column/row split of a transformer block, bytes vs formula
     demo.py       python -m ckptlab.torch.demo --nproc 2: DDP training, bytes vs prediction
     fsdp.py       the same GPT under FSDP2 (--fsdp): bytes per rank by kind vs step_memory
+    gpt_bytes.py  what nets.GPT saves, on paper, for the attention it runs; one stage's peak
+    pipeline.py   pipeline stages on paper: layers per stage, GPipe's and 1F1B's order, the
+                  micro-batches in flight, a stage's peak from ckptlab's prediction
+    pipelined.py  the same GPT on torch.distributed.pipelining (--pipeline): bytes per stage
     op_plan.py    an op-level recompute plan (DP over ops and stages) as selective checkpointing
 
 PyTorch is optional (pip install -e '.[torch]'); without it importing this package raises one

@@ -3,6 +3,7 @@ in every rank, PyTorch's distributed engine between them; and a tensor-parallel 
 
     python -m ckptlab.torch.demo --nproc 2 [--steps 3 --schedule "optimal(40%)"]
     python -m ckptlab.torch.demo --fsdp --nproc 4     # FSDP2 instead (ckptlab.torch.fsdp)
+    python -m ckptlab.torch.demo --pipeline --nproc 4  # pipeline stages (ckptlab.torch.pipelined)
     torchrun --nproc-per-node 2 -m ckptlab.torch.demo
 
 Each rank takes its slice of the global batch, profiles its model on it (ckptlab.torch.profile),
@@ -32,12 +33,13 @@ from torch.nn.parallel import DistributedDataParallel
 from ckptlab import emu
 from ckptlab.args import nonnegative_int, positive_float, positive_int, run_command
 from ckptlab.torch import dist as cdist
-from ckptlab.torch import nets
+from ckptlab.torch import nets, pipelined
 from ckptlab.torch import tensor_parallel as tp
 from ckptlab.torch.ledger import TorchLedger
 from ckptlab.torch.training import (
     TOLERANCE,
     Config,
+    check_size,
     loss_mismatches,
     loss_table,
     rank_inputs,
@@ -144,30 +146,62 @@ def _torchrun(cfg: Config) -> int:
     return 1 if check(result) else 0
 
 
-def parse(argv) -> tuple[int, Config, bool]:
-    """(nproc, Config, --fsdp) from the command line; every value checked before any work, as the
-    other commands do (one line, exit status 2): the argument types of ckptlab.cli.report,
-    a model the attention can run, a batch the ranks can split, a schedule that parses and
-    fits the model (checked on the one-process profile)."""
+SEED_LIMIT = 2**63 - 1  # torch.manual_seed overflows past a signed 64-bit int
+PIPE = {"both": ("gpipe", "1f1b"), "gpipe": ("gpipe",), "1f1b": ("1f1b",)}
+MICROBATCHES = 4  # --pipeline's default: 1F1B on up to 4 stages, 2 sequences each (batch 8)
+PIPE_SCHEDULE = "every(1)"  # --pipeline's default: a budget below a stage's own plain peak
+# (optimal(40%)) cannot fit a stage of one or two blocks
+
+
+def parse(argv) -> tuple[int, Config, str, dict]:
+    """(nproc, Config, mode "ddp" | "fsdp" | "pipeline", the pipeline's options) from the
+    command line; every value checked before any work, as the other commands do (one line, exit
+    status 2): the argument types of ckptlab.cli.report, a model the attention can run, a batch
+    the ranks (or micro-batches) can split, sizes that fit in memory and time
+    (training.check_size), a schedule that parses and fits the model (checked on the
+    one-process profile, or on every stage's)."""
     p = argparse.ArgumentParser(prog="python -m ckptlab.torch.demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nproc", type=positive_int, default=2,
                    help=f"processes (ranks), default 2; must divide {tp.Shape().a} (the "
-                        "tensor-parallel block's heads) unless --fsdp")
-    p.add_argument("--fsdp", action="store_true", help="train under FSDP2 with Adam instead "
-                   "(ckptlab.torch.fsdp): bytes per rank by kind")
+                        "tensor-parallel block's heads) unless --fsdp or --pipeline")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--fsdp", action="store_true", help="train under FSDP2 with Adam instead "
+                      "(ckptlab.torch.fsdp): bytes per rank by kind")
+    mode.add_argument("--pipeline", action="store_true", help="train with torch.distributed."
+                      "pipelining instead, one stage a rank (ckptlab.torch.pipelined): each "
+                      "stage's bytes with its micro-batches in flight")
+    p.add_argument("--microbatches", type=positive_int, default=None,
+                   help="--pipeline: micro-batches a step, default 4; must divide --batch "
+                        "(1F1B: at least --nproc)")
+    p.add_argument("--pipe-schedule", choices=sorted(PIPE), default=None,
+                   help="--pipeline: GPipe, 1F1B or both (default)")
     types = dict(lr=positive_float, seed=nonnegative_int, schedule=str, attn=str)
     for name, default in asdict(Config()).items():
-        p.add_argument(f"--{name}", type=types.get(name, positive_int), default=default,
-                       help=f"default {default}".replace("%", "%%"),
+        extra = f" ({PIPE_SCHEDULE} with --pipeline)" if name == "schedule" else ""
+        p.add_argument(f"--{name}", type=types.get(name, positive_int),
+                       default=None if name == "schedule" else default,
+                       help=f"default {default}{extra}".replace("%", "%%"),
                        **({"choices": nets.ATTENTION} if name == "attn" else {}))
     a = vars(p.parse_args(argv))
-    nproc, sharded = a.pop("nproc"), a.pop("fsdp")
+    nproc, sharded, piped = a.pop("nproc"), a.pop("fsdp"), a.pop("pipeline")
+    m, kinds = a.pop("microbatches"), a.pop("pipe_schedule")
+    if not piped and (m, kinds) != (None, None):
+        p.error(f"--{'microbatches' if m is not None else 'pipe-schedule'} is an option of "
+                "--pipeline")
+    pipe = dict(kinds=PIPE[kinds or "both"], m=m or MICROBATCHES)
+    if a["schedule"] is None:
+        a["schedule"] = PIPE_SCHEDULE if piped else Config.schedule
     cfg = Config(**a)
+    if cfg.seed >= SEED_LIMIT:
+        p.error(f"--seed: expected an integer in [0, {SEED_LIMIT - 1}] (torch's generators take "
+                f"a 64-bit seed, and the batch's is --seed + 1), got {cfg.seed}")
     heads = tp.Shape().a
-    if heads % nproc and not sharded:  # FSDP runs no tensor-parallel block
+    if heads % nproc and not (sharded or piped):  # only DDP runs the tensor-parallel block
         p.error(f"--nproc {nproc} must divide {heads}, the heads of the tensor-parallel block")
-    if cfg.batch % nproc:
+    if piped:
+        _check_pipeline(p, nproc, cfg, pipe)
+    elif cfg.batch % nproc:
         p.error(f"--batch {cfg.batch} must be divisible by --nproc {nproc} (each rank takes "
                 "an equal slice)")
     try:
@@ -175,10 +209,29 @@ def parse(argv) -> tuple[int, Config, bool]:
     except ValueError as e:
         p.error(f"--width {cfg.width} --heads {cfg.heads}: {e}")
     try:
-        _plan(cfg)
+        check_size(cfg, nproc)
+    except ValueError as e:
+        p.error(str(e))
+    try:
+        pipelined.plans(cfg, nproc, pipe["m"]) if piped else _plan(cfg)
     except ValueError as e:
         p.error(f"--schedule {cfg.schedule!r}: {e}")
-    return nproc, cfg, sharded
+    return nproc, cfg, "pipeline" if piped else "fsdp" if sharded else "ddp", pipe
+
+
+def _check_pipeline(p, nproc: int, cfg: Config, pipe: dict) -> None:
+    """--pipeline's own rules: a block for every stage, equal micro-batches, and 1F1B's
+    (torch's Schedule1F1B refuses fewer micro-batches than stages)."""
+    m = pipe["m"]
+    if cfg.layers < nproc:
+        p.error(f"--layers {cfg.layers} cannot fill --nproc {nproc} stages (one block each "
+                "at least)")
+    if cfg.batch % m:
+        p.error(f"--batch {cfg.batch} must be divisible by --microbatches {m} (equal "
+                "micro-batches: their mean losses average to the batch's)")
+    if "1f1b" in pipe["kinds"] and m < nproc:
+        p.error(f"--microbatches {m}: 1F1B needs at least one per stage (--nproc {nproc}); "
+                "give more, or --pipe-schedule gpipe")
 
 
 def _plan(cfg: Config):
@@ -192,10 +245,12 @@ def _plan(cfg: Config):
 
 def _main(argv) -> int:
     torch.set_num_threads(1)  # the reference run's tensors are tiny: one thread is faster
-    nproc, cfg, sharded = parse(argv)
-    if sharded:
+    nproc, cfg, mode, pipe = parse(argv)
+    if mode == "fsdp":
         from ckptlab.torch import fsdp
         return fsdp.main(nproc, cfg)
+    if mode == "pipeline":
+        return pipelined.main(nproc, cfg, pipe["kinds"], pipe["m"])
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         return _torchrun(cfg)
     result = run(nproc, cfg)

@@ -37,6 +37,7 @@ from torch.distributed.fsdp import fully_shard
 from ckptlab import emu
 from ckptlab.measure import step_memory
 from ckptlab.torch import dist as cdist
+from ckptlab.torch import gpt_bytes
 from ckptlab.torch.ledger import TorchLedger, storage_of
 from ckptlab.torch.training import (
     TOLERANCE,
@@ -180,8 +181,10 @@ def main(nproc: int, cfg: Config, optimizer: str = "adam") -> int:
 
 def predicted(result: dict) -> dict:
     """ckptlab.measure.step_memory's terms for one rank of this run (fp32, no dropout, the
-    LayerNorms' statistics counted); activations only for the schedules the model knows
-    ("none": nothing recomputed, every(1): each block checkpointed, i.e. Korthikanti's full)."""
+    LayerNorms' statistics counted), its slice of the batch; the activations for the schedules
+    the model knows ("none": nothing recomputed, every(1): each block checkpointed, i.e.
+    Korthikanti's full), with the attention the model runs (gpt_bytes: flash keeps O and L
+    where the standard attention keeps P)."""
     cfg, n = result["config"], result["nproc"]
     shape = step_memory.nets_gpt(cfg["layers"], cfg["width"], cfg["heads"], cfg["seq"],
                                  cfg["vocab"])
@@ -192,8 +195,13 @@ def predicted(result: dict) -> dict:
                                 ln_stats=True)
     out = dict(m.terms, unit=shape.layer_params() * 4,
                logits=4 * cfg["seq"] * layout.micro_batch * cfg["vocab"])
-    if recompute is None:
-        del out["activations"]
+    del out["activations"]  # step_memory's assumes the standard attention: gpt_bytes' instead
+    if recompute is not None:
+        device = result["ranks"][0].get("device", "cpu").split(":")[0]
+        acts = gpt_bytes.stage_bytes(shape, layout.micro_batch, cfg["layers"], True, True,
+                                     recompute, cfg["attn"], device=device)
+        if acts is not None:
+            out["activations"] = acts
     return out
 
 
@@ -254,6 +262,7 @@ def report(result: dict) -> str:
     bad = check(result)
     lines.append("all equal (saved bytes exactly, losses within a relative "
                  f"{TOLERANCE:g})" if not bad else "MISMATCH: " + "; ".join(bad))
-    lines += ["", "bytes per rank, ckptlab.measure.step_memory (modeled) vs measured by storage:",
+    lines += ["", "bytes per rank, modeled (ckptlab.measure.step_memory; the activations with "
+              "the attention run, ckptlab.torch.gpt_bytes) vs measured by storage:",
               memory_table(result)]
     return "\n".join(lines)

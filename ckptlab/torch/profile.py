@@ -56,6 +56,10 @@ class _Outputs(TorchDispatchMode):
         return out
 
 
+class _NotATensor(TypeError):
+    """A stage returned something else (its type's name): profile() names the stage."""
+
+
 def _leaf(x: torch.Tensor) -> torch.Tensor:
     """x as a new activation leaf: same storage, no history, a gradient if x wants one."""
     return x.detach().requires_grad_(x.requires_grad)
@@ -90,6 +94,8 @@ def _run(stage, x, ops, trace: bool = False) -> tuple:
     with led, FlopCounterMode(display=False) as fc, flop_counter() as att, trace, \
             recomputing(ops):
         y = stage(t)
+    if not isinstance(y, torch.Tensor):
+        raise _NotATensor(type(y).__name__)
     led.name(y, "out")
     saved = led.held_by_label()
     bwd = rec = 0
@@ -122,8 +128,14 @@ def profile(stages, x, first: int = 0, n_blocks: int | None = None, policies=(),
     devices = [x.device.index or 0] if x.device.type == "cuda" else []
     out = []
     with torch.random.fork_rng(devices=devices):
-        for stage in stages:
-            prof, y = _stage(stage, x, policies, recompute)
+        for i, stage in enumerate(stages):
+            try:
+                prof, y = _stage(stage, x, policies, recompute)
+            except _NotATensor as e:
+                raise TypeError(f"profile: stage {i} returned a {e}; a profile measures a chain "
+                                "whose stages each take and return one tensor (its input and "
+                                "output are one buffer each); a schedule that needs no profile "
+                                "(sqrt, every(k), revolve(s)) runs any chain") from None
             out.append(prof)
             x = y
     return Profile(out, first, n_blocks)

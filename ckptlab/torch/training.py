@@ -6,11 +6,13 @@ both)."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import torch
 
-from ckptlab.torch import nets
+from ckptlab.measure import step_memory
+from ckptlab.torch import gpt_bytes, nets
 from ckptlab.torch.schedule import make_schedule
 
 # fp32 losses of the same model on the same batch, summed in another order (per-rank means,
@@ -33,6 +35,64 @@ class Config:
     seed: int = 0
 
 
+# What check_size allows. Rates are generous on purpose, so that only a run hopeless on any CPU
+# is refused: ckptlab's attention on the emulator measured 0.08-0.28 GFLOP/s here (one thread,
+# flash forward + backward at N = 64..512, d = 16..64, timed with time.perf_counter); PyTorch's
+# fp32 matmuls on one core peak below ~200 GFLOP/s (two AVX-512 FMA units: 2 x 16 x 2 FLOPs a
+# cycle at ~3 GHz).
+EMU_FLOPS = 1e9
+CPU_FLOPS = 2e11
+MAX_SECONDS = 3600.0  # a demo: an hour of modeled work is a mistake in the options
+HEADROOM = 0.8  # of the available host RAM, as the CLI's size checks (ckptlab.cli.report)
+PROCESS_BYTES = 310_000_000  # a rank's own: Python, PyTorch and ckptlab imported (VmHWM measured)
+
+
+def available_ram() -> int:
+    """Bytes of host RAM available now (os.sysconf, as ckptlab.cli.report.free_bytes)."""
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def n_params(cfg: Config) -> int:
+    """Parameters of the demos' GPT (nets.GPT: untied head without bias)."""
+    return step_memory.nets_gpt(cfg.layers, cfg.width, cfg.heads, cfg.seq, cfg.vocab).params()
+
+
+def check_size(cfg: Config, nproc: int) -> None:
+    """ValueError (one line) before anything is built, if the run cannot fit in the host's RAM
+    or would take more than MAX_SECONDS even at generous rates. Modeled: every process (nproc
+    ranks and this one, which runs the whole batch) holds PyTorch itself (PROCESS_BYTES), the
+    parameters, their gradients and Adam's two states (16 bytes a parameter), and twice what
+    its slice saves with nothing recomputed (the saved set and the backward's transients).
+    FLOPs of a step: 6 x parameters x tokens plus the causal attention's 6 B N^2 C a layer, for
+    the steps and the profile (two more), on the ranks and the one-process reference."""
+    shape = step_memory.nets_gpt(cfg.layers, cfg.width, cfg.heads, cfg.seq, cfg.vocab)
+    saved = {b: gpt_bytes.stage_bytes(shape, b, cfg.layers, True, True, "none", cfg.attn)
+             for b in {cfg.batch, max(1, cfg.batch // nproc)}}
+    params = n_params(cfg)
+    need = (nproc + 1) * (16 * params + PROCESS_BYTES) + 2 * saved[cfg.batch] \
+        + 2 * nproc * saved[max(1, cfg.batch // nproc)]
+    have = available_ram()
+    if need > HEADROOM * have:
+        raise ValueError(f"the model ({params:,} parameters), its activations and PyTorch need ~"
+                         f"{need / 1e9:.2f} GB in {nproc + 1} processes, but only "
+                         f"{have / 1e9:.2f} GB of host RAM is available (using at most "
+                         f"{HEADROOM:.0%}): choose a smaller --seq, --width, --layers, "
+                         f"--vocab, --batch or --nproc")
+    tokens = cfg.batch * cfg.seq
+    attention = 6 * cfg.batch * cfg.seq ** 2 * cfg.width * cfg.layers
+    rest = 6 * params * tokens
+    runs = 2 * (cfg.steps + 2)  # the ranks' share and the reference, steps and profile
+    rate = EMU_FLOPS if cfg.attn in nets.METHODS else CPU_FLOPS
+    cores = max(1, min(nproc, os.cpu_count() or 1))
+    seconds = runs * (attention / rate + rest / CPU_FLOPS) / cores
+    if seconds > MAX_SECONDS:
+        raise ValueError(f"{cfg.steps} steps at B={cfg.batch} N={cfg.seq} C={cfg.width} "
+                         f"L={cfg.layers} ({cfg.attn} attention) would take at least "
+                         f"{seconds / 60:,.0f} minutes on this machine (modeled at generous "
+                         f"rates), over the {MAX_SECONDS / 60:.0f} a demo allows: choose "
+                         f"smaller sizes or fewer --steps")
+
+
 def global_batch(cfg: Config):
     """The token ids of one step, (batch, seq + 1): the same on every rank and in the
     one-process reference run."""
@@ -46,7 +106,10 @@ def rank_inputs(cfg: Config, rank: int, nproc: int, dev):
         raise ValueError(f"batch {cfg.batch} must be divisible by nproc {nproc}")
     n = cfg.batch // nproc
     local = global_batch(cfg)[rank * n:(rank + 1) * n].to(dev)
-    return local[:, :-1].contiguous(), local[:, 1:].contiguous()
+    # copies, each its own storage: with one sequence a rank, local[:, :-1] is already
+    # contiguous, and .contiguous() would hand back a view of the whole batch, whose storage
+    # the ledger would count once for both (the embeddings save x, the loss y)
+    return local[:, :-1].clone(), local[:, 1:].clone()
 
 
 def scheduled_gpt(cfg: Config, dev, x, y):
