@@ -285,7 +285,7 @@ def main(argv=None) -> int:
     p.add_argument("--flash-repeats", type=positive_int, default=3)
     p.add_argument("--csv", metavar="FILE", help="also write the rows as CSV ('-': stdout)")
     a = p.parse_args(argv)
-    if a.csv:
+    if a.csv is not None:
         writable_file(a.csv)
     # A, B and C fp32 (size x size) for the SGEMM; the wmma run's bf16 A, B and fp32 C less
     check_bytes(3 * a.size * a.size * 4, f"the {a.size}^3 GEMM's three fp32 matrices",
@@ -308,7 +308,7 @@ def main(argv=None) -> int:
     wmma_rows = run_wmma(a.size, a.repeats)
     print()
     print(format_wmma_rows(wmma_rows))
-    if a.csv:
+    if a.csv is not None:
         write_csv(rows + flash_rows + wmma_rows, a.csv)
     return 0
 

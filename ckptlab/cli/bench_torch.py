@@ -116,11 +116,11 @@ def main(argv=None) -> int:
             check_shape(a.width, a.heads, attn)
         except ValueError as e:
             p.error(f"--width {a.width} --heads {a.heads}: {e}")
-    if a.csv:
+    if a.csv is not None:
         writable_file(a.csv)
     rows = run(attns, a.layers, a.width, a.heads, a.seq, a.batch, a.repeats, a.threads,
                a.emu_mode)
     print(table(rows))
-    if a.csv:
+    if a.csv is not None:
         write_csv(rows, a.csv)
     return 0
