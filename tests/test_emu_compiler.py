@@ -80,3 +80,15 @@ def test_the_command_line_says_it_in_one_line_with_status_2(tmp_path):
     lines = [x for x in p.stderr.replace("\r", "\n").splitlines() if x.startswith("error:")]
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
     assert len(lines) == 1 and "is not GCC" in lines[0] and "WSL2" in lines[0], p.stderr
+
+
+def test_the_dockerfile_runs_the_readmes_two_commands_as_written():
+    """The way out the messages name: the Dockerfile at the root runs the README's two commands
+    word for word, in an image with the g++ and binutils the emulator needs."""
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("```sh\n", 1)[1].split("```", 1)[0].strip().splitlines()
+    docker = (REPO / "Dockerfile").read_text()
+    runs = [line.removeprefix("RUN ") for line in docker.splitlines() if line.startswith("RUN ")]
+    assert len(block) == 2 and runs[-2:] == block, (block, runs)
+    assert "apt-get install -y --no-install-recommends g++ binutils" in docker
+    assert docker.startswith("#") and "FROM python:3.11" in docker
