@@ -48,7 +48,7 @@ CASES = [  # (argv, a part of the message)
     (["kernels", "nosuch.cu"], "'nosuch.cu' is not a kernel of .*kernels: expected one of"),
     (["kernels", "/etc/passwd"], "'/etc/passwd' is not a kernel of .*attn_flash_bwd.cu, "),
     (["kernels", "common.cuh"], "'common.cuh' is not a kernel of"),
-    (["kernels", "../README.md"], "'../README.md' is not a kernel of"),
+    (["kernels", "../pyproject.toml"], "'../pyproject.toml' is not a kernel of"),
     (["kernels", "{file}"], "is not a kernel of"),
     (["kernels", "--arch", "sm_xx"], "expected one of .*sm_75"),
     (["bench", "nosuch"], "expected one of attention, checkpoint, emu"),
