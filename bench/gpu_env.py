@@ -104,4 +104,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, str(ROOT))  # this checkout's ckptlab, installed or not
+    from ckptlab.args import exit_with  # one line for a write error; quiet into | head
+
+    exit_with(main)

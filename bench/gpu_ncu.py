@@ -162,7 +162,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(HERE))
     from gpu_peer import ckptlab_methods
 
-    from ckptlab.cli.report import int_list
+    from ckptlab.cli.report import int_list, writable_folder
 
     have = list(ckptlab_methods())
     p = argparse.ArgumentParser(description=__doc__,
@@ -179,10 +179,11 @@ def main(argv=None) -> int:
     bad = [x for x in impls if x not in have]
     if bad:
         p.error(f"--impl: {bad} not among this checkout's methods {have}")
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = writable_folder(a.out)  # before the ncu run: a bad folder is one line, status 2
     return profile(cases(a.n, impls, a.batch, a.heads, a.d), out, a.timeout)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ckptlab.args import exit_with  # one line for a write error; quiet into | head
+
+    exit_with(main)

@@ -25,13 +25,11 @@ emulator, PyTorch on the CPU, perf_counter) it runs end to end at tiny sizes: th
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
 
 from ckptlab import device, kernels, measure
-from ckptlab.cli.report import fmt_seconds, int_list, write_csv
+from ckptlab.cli.report import fmt_seconds, int_list, writable_folder, write_csv
 from ckptlab.measure import traffic
 
 # (name, SDPA backend, dtype): fp32 pairs with ckptlab's kernels, bf16/fp16 is the flash backend
@@ -253,11 +251,10 @@ def main(argv=None) -> int:
     dtypes = [x.strip() for x in a.dtypes.split(",") if x.strip()]
     if not dtypes or any(x not in DTYPES for x in dtypes):
         p.error(f"--dtypes: expected a comma-separated subset of {DTYPES}, got {a.dtypes!r}")
+    out = writable_folder(a.out)  # before any work: a bad folder is one line, status 2
     if a.device:
         device.use(a.device)
     causals = {"both": (False, True), "yes": (True,), "no": (False,)}[a.causal]
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
     print(f"ckptlab vs PyTorch SDPA on target {device.target()!r}: B={a.batch} H={a.heads} "
           f"d={a.d}, N={a.n}, forward + backward", flush=True)
     rows, checks, note = run(a.n, a.batch, a.heads, a.d, causals, a.repeats, dtypes)
@@ -274,4 +271,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ckptlab.args import exit_with  # one line for a write error; quiet into | head
+
+    exit_with(main)

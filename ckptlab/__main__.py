@@ -1,8 +1,7 @@
 """`python -m ckptlab`: the command line (ckptlab.cli.main says what each command does)."""
 
-import sys
-
+from ckptlab.args import exit_with
 from ckptlab.cli.main import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

@@ -103,9 +103,7 @@ def ctrl_c_raises():
 @pytest.fixture
 def no_cuda_compiler(monkeypatch):
     """As on a machine with no CUDA compiler: measure.occupancy falls back to the tile table
-    (its caches cleared before and after, so no record compiled elsewhere leaks in or out)."""
-    from pathlib import Path
-
+    (its cache cleared before and after, so no record compiled elsewhere leaks in or out)."""
     from ckptlab.kernels import nvrtc
     from ckptlab.measure import occupancy
 
@@ -113,7 +111,6 @@ def no_cuda_compiler(monkeypatch):
         raise nvrtc.CompilerNotFound("no CUDA compiler here (test)")
 
     monkeypatch.setattr(nvrtc, "compile_file", missing)
-    monkeypatch.setattr(occupancy.build, "cache_dir", lambda: Path("/nonexistent-ckptlab-cache"))
     occupancy.resources.cache_clear()
     occupancy._compiled.cache_clear()
     yield

@@ -110,8 +110,35 @@ def test_the_time_model_leaves_out_what_a_gpu_cannot_run(capsys):
     assert archs.dtype_refusal("fp16", "sm_75") is None
     assert archs.dtype_refusal("fp32", "sm_75") is None
     assert bench_crossing.main(["--gpus", "t4", "--dtype", "bf16", "--d", "64", "--n", "256"]) == 0
-    assert "T4 bf16: not modeled, bfloat16 tensor cores (wmma) need sm_80" in \
-        capsys.readouterr().out
+    assert "T4 bf16: skipped (not modeled), attn_flash_fwd_tc: bfloat16 tensor cores (wmma) " \
+        "need sm_80" in capsys.readouterr().out
+
+
+# a dtype's C type in an instantiation's name, as ptxas names it (table.WMMA_TYPES, TC_TYPES)
+CTYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16", "tf32": "float"}
+
+
+@pytest.mark.parametrize("arch", list(archs.ARCHS))
+def test_dtype_refusal_says_what_refusal_says_for_every_kernel_of_the_dtype(arch):
+    """dtype_refusal(dtype, arch) is None exactly when refusal() lets some tensor-core
+    instantiation of that dtype run on arch, and then gives that reason: tf32 on a T4 too
+    (wmma_gemm<float>), which it once said ran."""
+    files = ("attn_flash_fwd_tc.cu", "attn_flash_bwd_tc.cu", "wmma_gemm.cu")
+    for alias, name in archs.DTYPE_NAMES.items():
+        got = archs.dtype_refusal(alias, arch)
+        if name == "float32":
+            assert got is None
+            continue
+        mine = [k for f in files for k in table.instantiations(f)
+                if f"<{CTYPES[name]}" in k.replace(" ", "")]
+        reasons = [archs.refusal(k, arch) for k in mine]
+        assert mine and (got is None) == (None in reasons), (alias, arch, got)
+        if got is not None:
+            assert got == reasons[0]
+    assert archs.dtype_refusal("tf32", "sm_75") == archs.refusal("wmma_gemm<float>", "sm_75")
+    assert "sm_80" in archs.dtype_refusal("TF32", 75)
+    with pytest.raises(ValueError, match="expected one of"):
+        archs.dtype_refusal("int8", arch)
 
 
 def test_kernels_support_cli_needs_no_compiler(capsys, monkeypatch):

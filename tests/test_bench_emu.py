@@ -57,3 +57,20 @@ def test_the_runtime_comparison_refuses_what_it_cannot_compare():
         p = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True,
                            timeout=60)
         assert p.returncode == 2 and message in p.stderr, p.stderr
+
+
+def test_the_time_check_scales_the_speeds_the_docs_measured():
+    """seconds_at_least by hand, from docs/emulator.md's one-worker rows: per mode the SGEMM
+    256^3 (47.6 + 130.0 + 308.8 ms) warm-up and 5 repeats, twice; the flash pair at N = 1024
+    (311 + 2297 ms) warm-up and 3 repeats. Each size scales it as the work: N^3, N^2."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "emulator.md").read_text()
+    for mode, ms in bench_emu.SGEMM_256_MS.items():
+        assert f"| {mode:<12} | 1       | {ms:.1f} " in doc, mode
+    for mode, ms in bench_emu.FLASH_1024_MS.items():
+        assert f"| {mode:<10} | {ms:<14} |" in doc, mode
+    sgemm, flash = 0.0476 + 0.1300 + 0.3088, 0.311 + 2.297
+    assert bench_emu.seconds_at_least(256, 5, 1024, 3) == pytest.approx(2 * 6 * sgemm + 4 * flash)
+    assert bench_emu.seconds_at_least(512, 5, 0, 3) == pytest.approx(8 * 2 * 6 * sgemm)
+    assert bench_emu.seconds_at_least(256, 0, 2048, 0) == pytest.approx(2 * sgemm + 4 * flash)

@@ -45,7 +45,11 @@ CASES = [  # (argv, a part of the message)
     (["tour", "--batch", "70000", "--out", "{out}"], r"B \* H = 70000"),
     (["bench", "checkpoint", "--batch", "70000", "--width", "4096"], r"needs ~\d+\.\d+ GB"),
     (["tour", "--n", "64,99999999", "--out", "{out}"], "needs ~"),
-    (["kernels", "nosuch.cu"], "neither a file nor a name"),
+    (["kernels", "nosuch.cu"], "'nosuch.cu' is not a kernel of .*kernels: expected one of"),
+    (["kernels", "/etc/passwd"], "'/etc/passwd' is not a kernel of .*attn_flash_bwd.cu, "),
+    (["kernels", "common.cuh"], "'common.cuh' is not a kernel of"),
+    (["kernels", "../pyproject.toml"], "'../pyproject.toml' is not a kernel of"),
+    (["kernels", "{file}"], "is not a kernel of"),
     (["kernels", "--arch", "sm_xx"], "expected one of .*sm_75"),
     (["bench", "nosuch"], "expected one of attention, checkpoint, emu"),
 ]

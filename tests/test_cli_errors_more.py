@@ -1,7 +1,8 @@
 """More bad invocations, each one line on stderr and exit status 2 before any work (the rules
 of tests/test_cli_errors.py): an empty --gpus, a torch model whose heads do not divide its
-width, a GEMM too big for memory, a --png that is a file, output paths checked before the work
-(bench crossing --csv, bench torch --csv), a bad CKPTLAB_CACHE_DIR, and the DDP demo
+width or too big for memory, more threads than CPUs, a GEMM or a flash pair too big for memory
+or too long to run, a --png that is a file, output paths checked before the work (bench
+crossing --csv, bench torch --csv), a bad CKPTLAB_CACHE_DIR, and the DDP demo
 (`python -m ckptlab.torch.demo`), a command like the others."""
 
 import re
@@ -42,8 +43,16 @@ CASES = [
     (["bench", "crossing", "--gpus", ""], r"--gpus: expected comma-separated GPU names"),
     (["bench", "crossing", "--gpus", " , "], r"--gpus: expected comma-separated GPU names"),
     (["bench", "crossing", "--csv", "{missing}/x.csv"], "does not exist"),
+    (["bench", "attention", "--gpus", ""], r"--gpus: expected comma-separated GPU names"),
+    (["bench", "attention", "--gpus", ","], r"--gpus: expected comma-separated GPU names"),
     (["bench", "crossing", "--csv", "{dir}"], "is a folder"),
     (["bench", "emu", "--size", "100000"], r"needs ~120\.00 GB .*choose a smaller --size"),
+    (["bench", "emu", "--flash-n", "10000000000"], r"flash attention at B=1 H=1 N=10000000000 "
+                                                   r"d=64 needs ~\d+\.\d+ GB"),
+    (["bench", "emu", "--flash-n", "100000"], r"would take at least 27\.6 h .* \(at most 1 h\)"),
+    (["bench", "emu", "--repeats", "99999999999"], "would take at least"),
+    (["bench", "emu", "--flash-repeats", "99999999999"], "would take at least"),
+    (["bench", "emu", "--size", "4096"], "would take at least"),
     (["bench", "checkpoint", "--png", "{file}", "--layers", "2", "--width", "8", "--batch",
       "4", "--no-torch", "--repeats", "1"], r"--png .*afile: exists and is not a folder"),
     (["bench", "checkpoint", "--png", "{file}/sub"], r"--png .*: cannot create it"),
@@ -55,6 +64,10 @@ TORCH_CASES = [
     (["bench", "torch", "--heads", "0"], "expected an integer >= 1"),
     (["bench", "torch", "--threads", "x"], "expected an integer >= 1"),
     (["bench", "torch", "--csv", "{missing}/x.csv"], "does not exist"),
+    (["bench", "torch", "--layers", "99999999999"], r"torch GPT at L=99999999999 .* needs ~"),
+    (["bench", "torch", "--seq", "99999999999"], r"seq=99999999999 needs ~\d+\.\d+ GB"),
+    (["bench", "torch", "--batch", "99999999999"], r"batch=99999999999 .* needs ~"),
+    (["bench", "torch", "--threads", "99999999999"], r"--threads 99999999999: at most the \d+"),
 ]
 
 

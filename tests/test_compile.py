@@ -291,7 +291,7 @@ def test_no_compiler_says_what_to_install(tiny, monkeypatch):
         cc._nvrtc.cache_clear()
 
 
-def test_format_report_and_main(tiny, tmp_path, capsys):
+def test_format_report_and_main(tiny, tmp_path, capsys, monkeypatch):
     rows = cc.report([tiny], "sm_80")
     table = kernels_report.format_report(rows).splitlines()
     assert table[0].split()[:4] == ["file", "kernel", "arch", "regs"]
@@ -299,6 +299,8 @@ def test_format_report_and_main(tiny, tmp_path, capsys):
     assert any("tile_transpose" in line and "1088" in line for line in table)
     assert kernels_report.format_report([]).startswith("no kernels")
 
+    # the command takes the .cu files of the kernels folder only: here, tiny's
+    monkeypatch.setattr(kernels_report, "KERNELS_DIR", tmp_path)
     assert kernels_report.main(["--arch", "sm_80", "--arch", "sm_90", str(tiny)]) == 0
     out = capsys.readouterr().out
     assert "sm_80" in out and "sm_90" in out and "tile_transpose" in out

@@ -38,13 +38,13 @@ def test_crossing_fraction_solves_the_sum_of_maxima():
     """The root of sum max(f_i c, s_i) = F c, checked against a fine scan of the two sides."""
     for launches, F in [([(4, 4), (8, 4)], 14), ([(4, 4), (6, 4), (4, 4)], 18),
                         ([(1, 3), (5, 0.5), (2, 2)], 11), ([(3, 1)], 5)]:
-        c = timemodel.crossing_fraction(launches, F)
+        c = roofline.crossing_fraction(launches, F)
         def side(x, launches=launches, F=F):
             return sum(max(f * x, s) for f, s in launches) - F * x
 
         assert side(c) == pytest.approx(0, abs=1e-12)
         assert side(c * 0.999) > 0 > side(c * 1.001)
-    assert timemodel.crossing_fraction([(8, 4), (6, 4)], 14) == float("inf")
+    assert roofline.crossing_fraction([(8, 4), (6, 4)], 14) == float("inf")
 
 
 def rules_agree_with_the_sweep(gpus, ds):
@@ -172,3 +172,36 @@ def test_unique_bytes_bound_holds_once_s_exceeds_the_l2():
     assert timemodel.s_exceeds_l2_from("a100") == 4096
     assert timemodel.s_exceeds_l2_from("rtx-4090") == 8192
     assert timemodel.s_exceeds_l2_from("a100", B=1, H=16) == 1024
+
+
+@pytest.mark.parametrize("bad", [dict(B=0), dict(H=0), dict(B=-1), dict(score_bytes=0),
+                                 dict(score_bytes=-4), dict(score_bytes=float("nan")),
+                                 dict(B=2.5), dict(H=True), dict(score_bytes="4")])
+def test_s_exceeds_l2_from_refuses_what_would_never_end(bad):
+    """B, H or the bytes of a score at 0 (or below, or NaN) would keep S at 0 bytes for every N:
+    a ValueError (TypeError for a non-number) with what was expected, not a loop forever."""
+    with pytest.raises((ValueError, TypeError), match="expected"):
+        timemodel.s_exceeds_l2_from("a100", **bad)
+
+
+def test_bench_crossing_skips_the_head_dim_an_arch_cannot_run_not_the_dtype(tmp_path, capsys):
+    """fp16 on a T4 runs at d = 64, not at d = 256 (the dK/dV tiles need 85504 bytes of shared
+    memory, sm_75 allows 65536): the sweep models the first, skips the second and says why; the
+    A100 runs both."""
+    path = tmp_path / "x.csv"
+    argv = ["bench", "crossing", "--gpus", "T4,A100", "--dtype", "fp16", "--d", "64,256", "--n",
+            "256", "--csv", str(path)]
+    rc = cli.main(argv)
+    out, err = capsys.readouterr()
+    assert rc == 0 and err == "", err
+    assert ("T4 fp16 d=256: skipped (not modeled), attn_flash_bwd_dkdv_tc: needs 85504 bytes of "
+            "shared memory per block; sm_75 allows at most 65536") in out
+    t4 = next(line for line in out.splitlines() if line.startswith("T4 "))
+    assert "skipped" in t4 and "none up to d = 64" in t4
+    import csv
+
+    rows = list(csv.DictReader(open(path)))
+    assert sorted((r["gpu"], int(r["d"])) for r in rows) == [
+        ("A100-SXM4-80GB", 64), ("A100-SXM4-80GB", 256), ("T4", 64)]
+    assert timemodel.pair_refusal("T4", "fp16", 64, N=256) is None
+    assert "sm_80" in timemodel.pair_refusal("T4", "bf16", 64, N=256)

@@ -273,7 +273,7 @@ def test_compile_error_shows_the_compiler_output():
 def test_no_compiler_says_what_to_install(monkeypatch, tmp_path):
     monkeypatch.setenv("CXX", "no-such-compiler-xyz")
     monkeypatch.setenv("CKPTLAB_CACHE_DIR", str(tmp_path))
-    with pytest.raises(emu.EmuCompileError, match=r"needs a C\+\+20 compiler.*apt install g\+\+"):
+    with pytest.raises(emu.EmuCompileError, match=r"needs g\+\+ >= 10 to build.*apt install g\+\+"):
         emu.RawModule(code='extern "C" __global__ void k() {}', name="k.cu").get_function("k")
 
 

@@ -209,8 +209,6 @@ def test_the_output_says_where_resources_come_from(monkeypatch):
         raise nvrtc.CompilerNotFound("no CUDA compiler here (test)")
 
     monkeypatch.setattr(nvrtc, "compile_file", missing)
-    monkeypatch.setattr(occupancy.build, "cache_dir", lambda: __import__("pathlib").Path(
-        "/nonexistent-ckptlab-cache"))
     occupancy.resources.cache_clear()
     occupancy._compiled.cache_clear()
     try:

@@ -290,7 +290,7 @@ def figures(rows: list[dict], path) -> list[Path]:
 
     path = Path(path)
     big = max(r["N"] for r in rows)
-    bytes_path = path.with_name(path.stem + "_bytes_vs_n.png")
+    bytes_path = bytes_figure(path)
     r0 = rows[0]
     tradeoff_plots.plot_memory_vs_speed(
         memory_speed_points(rows), path=path,
@@ -300,6 +300,12 @@ def figures(rows: list[dict], path) -> list[Path]:
     ns = sorted({r["N"] for r in rows})
     plots.plot_bytes_vs_n(ns, bytes_by_source(rows), path=bytes_path)
     return [path, bytes_path]
+
+
+def bytes_figure(path) -> Path:
+    """Where --png FILE draws bytes against N: beside FILE, FILE's stem + '_bytes_vs_n.png'."""
+    path = Path(path)
+    return path.with_name(path.stem + "_bytes_vs_n.png")
 
 
 def impl_list(text: str) -> list[str]:
@@ -313,9 +319,13 @@ def impl_list(text: str) -> list[str]:
 
 def gpu_list(text: str) -> list[str]:
     try:
-        return [roofline.spec(g)["name"] for g in text.split(",") if g.strip()]
+        names = [roofline.spec(g)["name"] for g in text.split(",") if g.strip()]
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated GPU names from "
+                                         f"{sorted(roofline.SPECS)}, got {text!r}")
+    return names
 
 
 def main(argv=None) -> int:
@@ -342,9 +352,13 @@ def main(argv=None) -> int:
                    help="draw memory against speed to FILE (and bytes against N beside it); "
                    f"FILE defaults to {DEFAULT_PNG}")
     a = p.parse_args(argv)
+    if a.png == "-":
+        p.error("--png -: a figure goes to a file, not to stdout; name a .png file")
     for path in (a.csv, a.png):  # before any work
         if path is not None:
             writable_file(path)
+    if a.png is not None:
+        writable_file(bytes_figure(a.png))  # the second figure, beside the first
     if a.ncu and not (device.target() == "cuda" and measure.ncu_available()):
         p.error("--ncu needs the cuda target and `ncu` (Nsight Compute) on the PATH")
     rows = sweep(a.n, a.impl, B=a.batch, H=a.heads, d=a.d, causal=a.causal,
@@ -357,9 +371,9 @@ def main(argv=None) -> int:
             print(f"ncu could not measure: {' | '.join(first[:3])}", file=sys.stderr)
             return 1
     print(format_table(rows), file=sys.stderr if a.csv == "-" else sys.stdout)
-    if a.csv:
+    if a.csv is not None:
         write_csv(rows, a.csv)
-    if a.png:
+    if a.png is not None:
         for path in figures(rows, a.png):
             print(f"wrote {path}", file=sys.stderr if a.csv == "-" else sys.stdout)
     return 0

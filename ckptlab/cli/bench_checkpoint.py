@@ -340,9 +340,9 @@ def main(argv=None) -> int:
         p.error(f"--dropout must be in [0, 1), got {a.dropout}")
     if a.model == "gpt" and a.width % a.heads:
         p.error(f"--width {a.width} must be divisible by --heads {a.heads}")
-    if a.csv:
+    if a.csv is not None:
         writable_file(a.csv)
-    if a.png:
+    if a.png is not None:
         writable_folder(a.png, "--png")
     check_bytes(bytes_at_least(a.model, layers=layers, width=a.width, batch=batch, seq=a.seq),
                 f"one step of the {a.model} at L={layers} width={a.width} batch={batch}",
@@ -355,9 +355,9 @@ def main(argv=None) -> int:
         p.error(str(e))
     out = sys.stderr if a.csv == "-" else sys.stdout
     print(table(rows), file=out)
-    if a.csv:
+    if a.csv is not None:
         write_csv(rows, a.csv)
-    for path in figures(rows, a.png) if a.png else ():
+    for path in figures(rows, a.png) if a.png is not None else ():
         print(f"wrote {path}", file=out)
     return 0
 

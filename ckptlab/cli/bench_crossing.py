@@ -41,7 +41,6 @@ import sys
 
 from ckptlab import device, kernels
 from ckptlab.cli.report import int_list, writable_file, write_csv
-from ckptlab.kernels import archs
 from ckptlab.measure import roofline, timemodel, whatif
 
 DTYPES = ("fp32", "bf16", "fp16")  # what the sweep may ask for (16-bit: the tensor-core kernels;
@@ -55,12 +54,12 @@ def _where(d, ds) -> str:
     return f"none up to d = {max(ds)}" if d is None else f"first at d = {d}"
 
 
-def r_(mine: dict, ds, key: str) -> float:
-    return mine[ds[0]][key]
+def r_(mine: dict, key: str) -> float:
+    return next(iter(mine.values()))[key]
 
 
-def _cell(r: dict) -> str:
-    return f"{r['gain_unique']:.2f}-{r['gain_counted']:.2f}"
+def _cell(r: dict | None) -> str:
+    return "skipped" if r is None else f"{r['gain_unique']:.2f}-{r['gain_counted']:.2f}"
 
 
 def format_table(rows: list[dict]) -> str:
@@ -78,12 +77,12 @@ def format_table(rows: list[dict]) -> str:
     p16 = timemodel.crossings(rows, "gain_p16_unique") if "gain_p16_unique" in r0 else None
     for (gpu, dtype) in lo:
         mine = {r["d"]: r for r in rows if r["gpu"] == gpu and r["dtype"] == dtype}
-        cells = "".join(f"{_cell(mine[d]):>13}" for d in ds)
-        out.append(f"{gpu:<16}{dtype:<6}{mine[ds[0]]['ridge']:>7.1f}{cells}"
-                   f"{r_(mine, ds, 'rule_of_thumb_d'):>7.1f}{r_(mine, ds, 'rule_overlap_d'):>7.1f}"
-                   f"{r_(mine, ds, 'rule_p16_d'):>6.0f}   {_where(lo[gpu, dtype], ds)} / "
-                   f"{_where(hi[gpu, dtype], ds)}"
-                   + ("" if p16 is None else f" / P16 {_where(p16[gpu, dtype], ds)}"))
+        cells = "".join(f"{_cell(mine.get(d)):>13}" for d in ds)
+        out.append(f"{gpu:<16}{dtype:<6}{r_(mine, 'ridge'):>7.1f}{cells}"
+                   f"{r_(mine, 'rule_of_thumb_d'):>7.1f}{r_(mine, 'rule_overlap_d'):>7.1f}"
+                   f"{r_(mine, 'rule_p16_d'):>6.0f}   {_where(lo[gpu, dtype], mine)} / "
+                   f"{_where(hi[gpu, dtype], mine)}"
+                   + ("" if p16 is None else f" / P16 {_where(p16[gpu, dtype], mine)}"))
     mid = 64 if 64 in ds else ds[len(ds) // 2]
     for dtype in dict.fromkeys(r["dtype"] for r in rows):
         at = [r for r in rows if r["d"] == mid and r["dtype"] == dtype]
@@ -107,6 +106,22 @@ def format_table(rows: list[dict]) -> str:
                + "; every time is modeled (ckptlab.measure.timemodel; registers and shared "
                f"memory: {timemodel.resources_note(rows[0]['gpu'])})")
     return "\n".join(out)
+
+
+def skipped(gpus, dtypes, ds, **size) -> list[str]:
+    """One line per (GPU, dtype) and reason for the head dims the sweep left out: the GPU's arch
+    cannot run a kernel the model would time there (timemodel.pair_refusal)."""
+    lines = []
+    for g in gpus:
+        for dt in dtypes:
+            why: dict = {}
+            for d in ds:
+                if reason := timemodel.pair_refusal(g, dt, d, **size):
+                    why.setdefault(reason, []).append(d)
+            for reason, left in why.items():
+                at = "" if left == list(ds) else f" d={','.join(map(str, left))}"
+                lines.append(f"{g} {dt}{at}: skipped (not modeled), {reason}")
+    return lines
 
 
 def measure_gains(ds, *, N, B, H, causal=False, repeats=20) -> list[dict]:
@@ -177,7 +192,7 @@ def main(argv=None) -> int:
     if not gpus:
         p.error(f"--gpus: expected comma-separated GPU names from {list(roofline.SPECS)}, got "
                 f"{a.gpus!r}")
-    if a.csv:
+    if a.csv is not None:
         writable_file(a.csv)
     if min(a.n, a.batch, a.heads) < 1:
         p.error("--n, --batch and --heads must be >= 1")
@@ -188,15 +203,13 @@ def main(argv=None) -> int:
     whatif.add_p16_gains(rows)
     if rows:
         print(format_table(rows))
-    for g in gpus:  # the pairs left out, with the reason
-        for dt in dtypes:
-            if reason := archs.dtype_refusal(dt, roofline.spec(g)["arch"]):
-                print(f"{g} {dt}: not modeled, {reason}")
+    for line in skipped(gpus, dtypes, a.d, N=a.n, B=a.batch, H=a.heads, causal=a.causal):
+        print(line)
     if a.measure:
         measured = measure_gains(a.d, N=a.n, B=a.batch, H=a.heads, causal=a.causal)
         print(format_measured(measured))
         rows += measured
-    if a.csv:
+    if a.csv is not None:
         write_csv(rows, a.csv)
     return 0
 

@@ -52,13 +52,26 @@ from pathlib import Path
 import numpy as np
 
 from ckptlab import device, emu
-from ckptlab.cli.report import check_bytes, nonnegative_int, positive_int, writable_file, write_csv
+from ckptlab.cli.report import (
+    UsageError,
+    check_bytes,
+    check_fits,
+    nonnegative_int,
+    positive_int,
+    writable_file,
+    write_csv,
+)
 from ckptlab.emu.build import compiler, compiler_version
 from ckptlab.emu.cache import locked_build
 from ckptlab.kernels.table import SGEMM_TILE as TILE
 from ckptlab.kernels.table import WMMA_TILE
 
 MODES = (("fast", False), ("counted", False), ("counted+race", True))
+# One launch on one worker, as docs/emulator.md measured it ("Measured speed (2 cores)",
+# 2026-12-01): SGEMM 256^3, median ms per mode; the flash pair (N = 1024, d = 64), median ms.
+SGEMM_256_MS = {"fast": 47.6, "counted": 130.0, "counted+race": 308.8}
+FLASH_1024_MS = {"fast": 311, "counted": 2297}
+MAX_HOURS = 1  # a run that would take longer there is refused before it starts
 NATIVE = Path(emu.__file__).resolve().parent / "native_sgemm.cpp"
 NATIVE_FLAGS = ("-O2", "-fPIC", "-shared")
 
@@ -98,6 +111,33 @@ def load_average() -> str:
             return " ".join(f.read().split()[:3])
     except OSError:
         return "unknown"
+
+
+def seconds_at_least(size: int, repeats: int, flash_n: int, flash_repeats: int) -> float:
+    """A lower bound on this benchmark's time at the speeds above: per mode, the SGEMM's
+    warm-up and repeats (scaled by size^3) twice, for the tensor-core table runs it again (its
+    other worker counts, the wmma kernel and the native loops left out), and the flash pair's
+    warm-up and repeats (scaled by N^2)."""
+    gemm = 2 * (1 + repeats) * sum(SGEMM_256_MS.values()) / 1e3 * (size / 256) ** 3
+    flash = (1 + flash_repeats) * sum(FLASH_1024_MS.values()) / 1e3 * (flash_n / 1024) ** 2
+    return gemm + (flash if flash_n else 0.0)
+
+
+def check_sizes(size: int, repeats: int, flash_n: int, flash_repeats: int) -> None:
+    """Before any work: the GEMM's and the flash pair's arrays must fit in the host's memory
+    (TooBig), and the run must not take hours (UsageError, with the estimate)."""
+    # A, B and C fp32 (size x size) for the SGEMM; the wmma run's bf16 A, B and fp32 C less
+    check_bytes(3 * size * size * 4, f"the {size}^3 GEMM's three fp32 matrices", target="emu",
+                hint="choose a smaller --size")
+    if flash_n:
+        check_fits("flash", 1, 1, flash_n, 64, target="emu")
+    hours = seconds_at_least(size, repeats, flash_n, flash_repeats) / 3600
+    if hours > MAX_HOURS:
+        raise UsageError(f"bench emu at --size {size} --repeats {repeats} --flash-n {flash_n} "
+                         f"--flash-repeats {flash_repeats} would take at least {hours:.3g} h at "
+                         "the emulator speeds docs/emulator.md measured on 2 cores (SGEMM 256^3: "
+                         "48-309 ms a launch; flash pair at N = 1024: 0.31-2.3 s): choose "
+                         f"smaller sizes or fewer repeats (at most {MAX_HOURS} h)")
 
 
 def run(size: int = 256, repeats: int = 5, workers=(1, None)) -> list[dict]:
@@ -285,11 +325,9 @@ def main(argv=None) -> int:
     p.add_argument("--flash-repeats", type=positive_int, default=3)
     p.add_argument("--csv", metavar="FILE", help="also write the rows as CSV ('-': stdout)")
     a = p.parse_args(argv)
-    if a.csv:
+    if a.csv is not None:
         writable_file(a.csv)
-    # A, B and C fp32 (size x size) for the SGEMM; the wmma run's bf16 A, B and fp32 C less
-    check_bytes(3 * a.size * a.size * 4, f"the {a.size}^3 GEMM's three fp32 matrices",
-                target="emu", hint="choose a smaller --size")
+    check_sizes(a.size, a.repeats, a.flash_n, a.flash_repeats)
     workers = (1, None)
     if a.workers:
         try:
@@ -308,7 +346,7 @@ def main(argv=None) -> int:
     wmma_rows = run_wmma(a.size, a.repeats)
     print()
     print(format_wmma_rows(wmma_rows))
-    if a.csv:
+    if a.csv is not None:
         write_csv(rows + flash_rows + wmma_rows, a.csv)
     return 0
 

@@ -15,11 +15,13 @@ the emulator against PyTorch's CPU kernels, not a GPU.
 from __future__ import annotations
 
 import argparse
+import os
 
 import numpy as np
 
 from ckptlab import emu
-from ckptlab.cli.report import positive_int, writable_file, write_csv
+from ckptlab.cli.bench_checkpoint import bytes_at_least
+from ckptlab.cli.report import check_bytes, positive_int, writable_file, write_csv
 
 
 def run(attns=("flash", "math"), layers: int = 4, width: int = 64, heads: int = 4,
@@ -116,11 +118,18 @@ def main(argv=None) -> int:
             check_shape(a.width, a.heads, attn)
         except ValueError as e:
             p.error(f"--width {a.width} --heads {a.heads}: {e}")
-    if a.csv:
+    cpus = os.cpu_count() or 1
+    if a.threads > cpus:
+        p.error(f"--threads {a.threads}: at most the {cpus} CPUs here")
+    if a.csv is not None:
         writable_file(a.csv)
+    # the same GPT as bench checkpoint's (vocab 256, context --seq): its bytes at the least
+    check_bytes(bytes_at_least("gpt", layers=a.layers, width=a.width, batch=a.batch, seq=a.seq),
+                f"one step of the torch GPT at L={a.layers} width={a.width} batch={a.batch} "
+                f"seq={a.seq}", hint="choose a smaller --layers, --width, --batch or --seq")
     rows = run(attns, a.layers, a.width, a.heads, a.seq, a.batch, a.repeats, a.threads,
                a.emu_mode)
     print(table(rows))
-    if a.csv:
+    if a.csv is not None:
         write_csv(rows, a.csv)
     return 0

@@ -162,12 +162,12 @@ def main(argv=None) -> int:
                    help=f"one small problem instead of {len(SIZES)}")
     p.add_argument("--csv", metavar="FILE", help="also write every row as CSV")
     a = p.parse_args(argv)
-    if a.csv:
+    if a.csv is not None:
         writable_file(a.csv)
     rows = run(QUICK_SIZES if a.quick else SIZES)
     print(f"gradient checks on target {device.target()!r}")
     print(format_table(rows))
-    if a.csv:
+    if a.csv is not None:
         write_csv(rows, a.csv)
         print(f"wrote {a.csv}")
     return 0 if all(r["ok"] for r in rows) else 1

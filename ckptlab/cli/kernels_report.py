@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ckptlab.device import KERNELS_DIR
 from ckptlab.kernels import archs
@@ -65,6 +66,25 @@ def format_refused(files, arch_list) -> str:
     return "\n".join(lines)
 
 
+def kernel_files(given: list[str]) -> list[Path]:
+    """The .cu files of the kernels folder that `given` names (a name such as attn_flash_fwd.cu
+    or attn_flash_fwd, or a path to one); ValueError for anything else: this command reports
+    ckptlab's kernels, it does not compile other files."""
+    folder = Path(KERNELS_DIR).resolve()
+    ours = {p.name: p for p in sorted(folder.glob("*.cu"))}
+    out = []
+    for text in given:
+        p = Path(text)
+        name = p.name if p.suffix == ".cu" else p.name + ".cu"
+        inside = p.parent == Path(".") or (p.parent.resolve() == folder if p.parent.is_dir()
+                                           else False)
+        if not (inside and name in ours):
+            raise ValueError(f"files: {text!r} is not a kernel of {folder}: expected one of "
+                             f"{', '.join(ours)} (a name, or a path to one)")
+        out.append(ours[name])
+    return out
+
+
 def arch_name(text: str) -> str:
     try:
         return f"sm_{archs.arch_number(text)}"
@@ -81,7 +101,8 @@ def main(argv=None) -> int:
             "registers, shared memory, spills and barriers from ptxas' report."
         ),
     )
-    parser.add_argument("files", nargs="*", help="kernel files or names in kernels/ (default: all)")
+    parser.add_argument("files", nargs="*", help="kernels/*.cu files, by name (attn_flash_fwd.cu "
+                        "or attn_flash_fwd) or path (default: all)")
     parser.add_argument(
         "--arch", action="append", type=arch_name,
         help=f"one of {', '.join(archs.ARCHS)} (repeatable; default sm_90)"
@@ -95,10 +116,11 @@ def main(argv=None) -> int:
         return 0
     arch_list = args.arch or ["sm_90"]
     try:
-        refused = format_refused(args.files or None, arch_list)
+        files = kernel_files(args.files) if args.files else None
+        refused = format_refused(files, arch_list)
         rows = []
         for arch in arch_list:
-            rows += report(args.files or None, arch, args.backend)
+            rows += report(files, arch, args.backend)
     except (CompilerNotFound, ValueError) as e:  # a usage error, or no compiler: one line, 2
         parser.error(str(e))
     except CompileError as e:  # a kernel that does not compile: the check failed

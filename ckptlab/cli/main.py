@@ -23,7 +23,11 @@
 
 `--device` (anywhere on the line) forces the target; `cuda` without a GPU is an error. Each
 command's own options: `python -m ckptlab COMMAND --help`. Usage errors (an unknown command or
-option, a size that cannot fit, a missing GPU) print one line and exit with status 2.
+option, an output path that cannot be written, a size that cannot fit, a missing GPU or a C++
+compiler that cannot build the emulator) print one line and exit with status 2, before any
+work; a write error once the work ran (a full disk) prints one line, status 1; output piped
+into a reader that stops early (`| head`) ends quietly (ckptlab.args: the same rule for every
+command, `python -m ckptlab.torch.demo` and bench/*.py too).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import sys
 from pathlib import Path
 
 from ckptlab import device
-from ckptlab.args import one_line_errors as _one_line_errors
+from ckptlab.args import run_command
 from ckptlab.cli.report import TooBig, UsageError
 
 COMMANDS = {  # name -> module whose main(argv) runs it
@@ -145,26 +149,23 @@ def resolve(rest: list[str]) -> tuple[str, list[str]]:
     return COMMANDS[cmd], args
 
 
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def _run(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(_help())
         return 0
     if argv[:1] == ["bench"] and argv[1:2] in (["-h"], ["--help"]):
         print(_bench_help())
         return 0
-    try:
-        with _one_line_errors():
-            name, rest = split_device(argv)
-            module_name, args = resolve(rest)
-            check_environment()
-            if name is not None:
-                device.use(name)
-            device.target()  # a bad CKPTLAB_DEVICE fails here, before any work
-            module = importlib.import_module(module_name)
-            return int(module.main(args) or 0)
-    except (UsageError, device.DeviceError, TooBig) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except SystemExit as e:  # a subcommand's own exit (e.g. --help): keep its status
-        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    name, rest = split_device(argv)
+    module_name, args = resolve(rest)
+    check_environment()
+    if name is not None:
+        device.use(name)
+    device.target()  # a bad CKPTLAB_DEVICE fails here, before any work
+    module = importlib.import_module(module_name)
+    return module.main(args)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return run_command(_run, argv, errors=(device.DeviceError, TooBig))

@@ -7,6 +7,7 @@ import argparse
 import csv
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from ckptlab import device
@@ -29,46 +30,76 @@ class TooBig(ValueError):
 
 
 def write_csv(rows: list[dict], path) -> None:
-    """All rows as CSV (the union of their keys, in first-seen order); path '-' is stdout."""
+    """All rows as CSV (the union of their keys, in first-seen order); path '-' is stdout. A
+    failed write (a full disk) raises the OSError with the path in it."""
     fields = list(dict.fromkeys(k for r in rows for k in r))
-    out = sys.stdout if str(path) == "-" else open(path, "w", newline="")
+    if str(path) == "-":
+        _write_rows(sys.stdout, fields, rows)
+        return
     try:
-        w = csv.DictWriter(out, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
-    finally:
-        if out is not sys.stdout:
-            out.close()
+        with open(path, "w", newline="") as out:
+            _write_rows(out, fields, rows)
+    except OSError as e:
+        e.filename = e.filename or str(path)
+        raise
+
+
+def _write_rows(out, fields, rows) -> None:
+    w = csv.DictWriter(out, fieldnames=fields)
+    w.writeheader()
+    w.writerows(rows)
+
+
+def _can_create_in(folder: Path) -> str | None:
+    """None if a file can be created in `folder` (tried: a temporary file, removed at once;
+    os.access alone says yes to root everywhere, /proc included), else the reason."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return None
+    except OSError as e:
+        return e.strerror or str(e)
 
 
 def writable_file(path) -> Path:
-    """Refuse, before any work, an output file whose folder is missing or not writable, or a
-    path that is a folder. '-' (stdout) is fine."""
+    """Refuse, before any work, an output file whose folder is missing or not writable, a path
+    that is a folder, or an empty name. '-' (stdout) is fine; so is an existing file or device
+    that can be written (/dev/null; /dev/full passes here and fails at the write)."""
     if str(path) == "-":
         return Path("-")
+    if not str(path):
+        raise UsageError("expected a file name, got ''")
     p = Path(path)
-    if p.is_dir():
-        raise UsageError(f"{path}: is a folder; expected a file name")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"{path}: the folder {str(parent)!r} does not exist")
-    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise UsageError(f"{path}: not writable")
+    try:
+        if p.is_dir():
+            raise UsageError(f"{path}: is a folder; expected a file name")
+        parent = p.parent if str(p.parent) else Path(".")
+        if not parent.is_dir():
+            raise UsageError(f"{path}: the folder {str(parent)!r} does not exist")
+        if p.exists():
+            if not os.access(p, os.W_OK):
+                raise UsageError(f"{path}: not writable")
+        elif (why := _can_create_in(parent)) is not None:
+            raise UsageError(f"{path}: cannot create it ({why})")
+    except OSError as e:  # a name too long, a loop of links...
+        raise UsageError(f"{path}: {e.strerror or e}") from None
     return p
 
 
 def writable_folder(path, option: str = "--out") -> Path:
-    """Create the output folder if needed; refuse (before any work) a path that is a file or
-    cannot be written. `option` names it in the message."""
+    """Create the output folder if needed; refuse (before any work) a path that is a file, is
+    empty or cannot be written. `option` names it in the message."""
+    if not str(path):
+        raise UsageError(f"{option}: expected a folder name, got ''")
     p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise UsageError(f"{option} {path}: exists and is not a folder")
     try:
+        if p.exists() and not p.is_dir():
+            raise UsageError(f"{option} {path}: exists and is not a folder")
         p.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UsageError(f"{option} {path}: cannot create it ({e.strerror})") from None
-    if not os.access(p, os.W_OK):
-        raise UsageError(f"{option} {path}: not writable")
+        raise UsageError(f"{option} {path}: cannot create it ({e.strerror or e})") from None
+    why = "no write permission" if not os.access(p, os.W_OK) else _can_create_in(p)
+    if why is not None:
+        raise UsageError(f"{option} {path}: not writable ({why})")
     return p
 
 

@@ -13,10 +13,11 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from .cache import cache_dir, complete_elf, locked_build
-from .errors import EmuCompileError, EmuError
+from .errors import CompilerUnusable, EmuCompileError, EmuError
 from .rewrite import launcher_code, rewrite_source
 
 HERE = Path(__file__).resolve().parent
@@ -58,20 +59,32 @@ __all__ = ["EmuCompileError", "EmuError", "build_module", "cache_dir", "module_p
            "rewrite_source", "source_line"]
 
 
+# GCC 10 is the first to take -std=c++20 (GCC 10 release notes, "C++20": "-std=c++20"; GCC 8-9
+# call it -std=c++2a); GCC's -fsanitize=thread hooks and ELF objects (objcopy, -Wl,-z,defs)
+# need Linux: clang (macOS's g++) and native Windows build neither.
+MIN_GCC = 10
+WAY_OUT = ("use a Linux machine with g++: WSL2 on Windows, Docker (the repository's Dockerfile: "
+           "docker build -t ckptlab .), or a Colab or Kaggle notebook (CPU or GPU runtime)")
+
+
 def compiler() -> str:
-    """Path of the C++ compiler ($CXX or g++), or a clear error saying what to install."""
+    """Path of the C++ compiler ($CXX or g++), checked once (check_compiler); else
+    CompilerUnusable, one line saying what to install or where to run instead."""
     name = os.environ.get("CXX", "g++")
     path = shutil.which(name)
     if path is None:
-        raise EmuCompileError(
-            f"ckptlab's CPU emulator needs a C++20 compiler to build the kernels, and {name!r} "
-            "is not on the PATH. Install GCC >= 10: `sudo apt install g++` (Debian/Ubuntu), "
-            "`sudo dnf install gcc-c++` (Fedora), or set CXX to a g++ you have."
-        )
+        raise CompilerUnusable(
+            f"ckptlab's CPU emulator needs g++ >= {MIN_GCC} to build the kernels, and {name!r} "
+            "is not on the PATH: install it (`sudo apt install g++` on Debian/Ubuntu, `sudo dnf "
+            f"install gcc-c++` on Fedora) or set CXX to a g++ you have; or {WAY_OUT}")
+    if path not in _checked:
+        check_compiler(path)
+        _checked.add(path)
     return path
 
 
 _versions: dict = {}
+_checked: set = set()
 
 
 def compiler_version(cxx: str) -> str:
@@ -79,6 +92,31 @@ def compiler_version(cxx: str) -> str:
         out = subprocess.run([cxx, "--version"], capture_output=True, text=True)
         _versions[cxx] = out.stdout.splitlines()[0] if out.stdout else cxx
     return _versions[cxx]
+
+
+def check_compiler(cxx: str, platform: str = sys.platform) -> None:
+    """CompilerUnusable, one line, unless `cxx` is GCC >= MIN_GCC on Linux."""
+    if not platform.startswith("linux"):
+        raise CompilerUnusable(
+            f"ckptlab's CPU emulator builds its kernels only on Linux (GCC's memory-access "
+            f"hooks, ELF objects), and this is {platform!r}: {WAY_OUT}")
+    try:
+        said = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60)
+        dumped = subprocess.run([cxx, "-dumpfullversion"], capture_output=True, text=True,
+                                timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise CompilerUnusable(f"the C++ compiler {cxx} does not run ({e}): set CXX to a "
+                               f"g++ >= {MIN_GCC}, or {WAY_OUT}") from None
+    first = (said.stdout.strip().splitlines() or ["(nothing)"])[0]
+    if said.returncode or "clang" in said.stdout.lower():
+        raise CompilerUnusable(
+            f"{cxx} is not GCC ({first!r}): the emulator needs GCC >= {MIN_GCC} (its "
+            "memory-access hooks; on macOS g++ is clang): set CXX to a real g++, or " + WAY_OUT)
+    m = re.match(r"(\d+)\.", dumped.stdout.strip() + ".")
+    if dumped.returncode or not m or int(m[1]) < MIN_GCC:
+        raise CompilerUnusable(
+            f"{cxx} is GCC {dumped.stdout.strip() or '?'} ({first!r}); the emulator needs GCC >= "
+            f"{MIN_GCC} (C++20): install a newer g++ and set CXX to it, or {WAY_OUT}")
 
 
 def _include_dirs(options) -> list[str]:

@@ -19,3 +19,9 @@ class EmuError(RuntimeError):
 class EmuCompileError(EmuError):
     """The C++ compiler rejected a kernel file (the message carries its output) or is missing,
     or the build cache is not safe to use."""
+
+
+class CompilerUnusable(EmuCompileError):
+    """No compiler here can build the emulator: none on the PATH, clang where g++ is asked for
+    (macOS), a g++ older than GCC 10, or a system other than Linux. The message is one line and
+    names what to do instead."""

@@ -5,6 +5,7 @@ and the reason for each it refuses, decided before anything is compiled.
     WMMA_MIN_ARCH    the first arch whose tensor cores (nvcuda::wmma) take each input type
     SHARED_MAX       the most shared memory one block may opt in to, per arch
     refusal(kernel, arch)       why `arch` cannot run an instantiation, or None
+    dtype_refusal(dtype, arch)  why it runs nothing in a dtype (support_table's reason)
     supported(file, arch)       the instantiations of a kernel file `arch` runs
     support_table()             methods x dtypes x arches: what runs where, and why not
     tc_dtype(arch)              the 16-bit type the labs use there: bfloat16, else float16
@@ -156,14 +157,20 @@ def format_support_table(rows: list[dict], archs=tuple(ARCHS)) -> str:
     return "\n".join(lines)
 
 
+DTYPE_NAMES = {"fp32": "float32", "float32": "float32", "fp16": "float16", "float16": "float16",
+               "half": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16", "tf32": "tf32"}
+
+
 def dtype_refusal(dtype: str, arch) -> str | None:
-    """Why `arch` runs no kernel in `dtype` ('bfloat16', 'fp16', 'float32'...), or None."""
-    ctype = {"bf16": "__nv_bfloat16", "bfloat16": "__nv_bfloat16", "fp16": "__half",
-             "float16": "__half", "half": "__half"}.get(str(dtype).lower())
-    n = arch_number(arch)
-    if ctype is not None and n < WMMA_MIN_ARCH[ctype]:
-        return (f"{WMMA_NAMES[ctype]} tensor cores (wmma) need sm_{WMMA_MIN_ARCH[ctype]} or "
-                f"newer; sm_{n} ({ARCHS[f'sm_{n}']}) has none")
+    """Why `arch` runs no kernel in `dtype` ('bf16', 'fp16', 'tf32', 'float32'... DTYPE_NAMES),
+    or None: support_table's reason where it refuses every row of that dtype on `arch`."""
+    name = DTYPE_NAMES.get(str(dtype).lower())
+    if name is None:
+        raise ValueError(f"dtype: expected one of {sorted(DTYPE_NAMES)}, got {dtype!r}")
+    key = f"sm_{arch_number(arch)}"
+    cells = [r[key] for r in support_table((key,)) if r["dtype"] == name]
+    if all(c.startswith("refused: ") for c in cells):
+        return cells[0].removeprefix("refused: ")
     return None
 
 

@@ -136,7 +136,11 @@ def _save(fig, path) -> Figure:
     if path is not None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="png", dpi=150)
+        try:
+            fig.savefig(path, format="png", dpi=150)
+        except OSError as e:  # a full disk: name the file (the writer does not)
+            e.filename = e.filename or str(path)
+            raise
     return fig
 
 

@@ -26,13 +26,10 @@ roofline.SPECS, which cites its sources.
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import re
 from dataclasses import dataclass
 
 from ckptlab.device import KERNELS_DIR
-from ckptlab.emu import build
 from ckptlab.kernels import nvrtc
 from ckptlab.kernels.common import ceil_div
 from ckptlab.kernels.table import (
@@ -202,28 +199,14 @@ def _file_of(name: str) -> str:
     raise ValueError(f"kernel: no file in {KERNELS_DIR} defines {name!r}")
 
 
-def _cache_key(filename: str, arch: str, names: tuple) -> str:
-    h = hashlib.sha256()
-    for path in [KERNELS_DIR / filename, *sorted(KERNELS_DIR.glob("*.cuh"))]:
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
-    h.update(f"{arch}|{'|'.join(names)}".encode())
-    return h.hexdigest()[:16]
-
-
 @functools.lru_cache(maxsize=None)
 def _compiled(filename: str, arch: str, names: tuple) -> dict:
     """kernel -> ptxas record for a file compiled for `arch` (with the template instantiations
-    `names`), from the disk cache when the sources have not changed."""
-    key = _cache_key(filename, arch, names)
-    path = build.cache_dir() / "ptxas" / f"{filename}-{arch}-{key}.json"
-    if path.is_file():
-        return json.loads(path.read_text())
+    `names`); nvrtc.compile_file keeps the records on disk (kernels.ptxas_cache), keyed by the
+    file, every header beside it, the compiler and its options."""
     records = nvrtc.compile_file(KERNELS_DIR / filename, arch, instantiations=list(names))
-    out = {r["kernel"]: {k: r[k] for k in ("registers", "smem", "backend")}
-           for r in records if r["kind"] == "kernel"}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=1))
-    return out
+    return {r["kernel"]: {k: r[k] for k in ("registers", "smem", "backend")}
+            for r in records if r["kind"] == "kernel"}
 
 
 @functools.lru_cache(maxsize=None)

@@ -274,6 +274,10 @@ def s_exceeds_l2_from(device, B: int = 1, H: int = 1, score_bytes: int = SCORE_B
     cache (what Nsight Compute's default cache control gives each launch); in back-to-back
     timed runs a smaller S can stay in L2 between stored's forward and backward. From this N on
     S cannot stay in L2 whole; up to the L2's size of it still can (traffic that much lower)."""
+    for name, x in (("B", B), ("H", H)):
+        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+            raise ValueError(f"{name}: expected a positive int, got {x!r}")
+    score_bytes = roofline.check_count("score_bytes", score_bytes, positive=True)
     l2 = roofline.spec(device)["l2_bytes"]
     n = 1
     while B * H * n * n * score_bytes <= l2:
@@ -315,24 +319,6 @@ def per_pair(dtype: str, deterministic: bool = False, score_bytes: int = SCORE_B
                 flash_flops_per_d=sum(kt.flops for kt in flash) / pairs / d)
 
 
-def crossing_fraction(launches: list[tuple[float, float]], flash_flops_per_d: float) -> float:
-    """The c for which recompute pays while d < c R: the root of
-    sum_i max(f_i c, s_i) = F c (stored's launches (f_i, s_i) against flash's F, each side in
-    units of 1 / peak per pair, d = c R). The left side is convex and piecewise linear, sum s_i at
-    c = 0, so the root is unique; inf if stored never runs more FLOPs' worth than flash."""
-    F = flash_flops_per_d
-    if sum(f for f, _ in launches) >= F:
-        return float("inf")
-    lhs = lambda c: sum(max(f * c, s) for f, s in launches)  # noqa: E731
-    cuts = sorted({s / f for f, s in launches if f > 0} | {0.0})
-    cuts.append(cuts[-1] + 1 + lhs(cuts[-1]) / F)  # past every cut and past the root
-    for a, b in zip(cuts, cuts[1:], strict=False):
-        if lhs(b) <= F * b:  # the root lies in [a, b], where the left side is linear
-            slope = (lhs(b) - lhs(a)) / (b - a)
-            return (lhs(a) - slope * a) / (F - slope)
-    raise AssertionError("unreachable: the left side grows slower than F c past the last cut")
-
-
 def rule_fraction(dtype: str, deterministic: bool = False, *, overlap: bool = False,
                   score_bytes: int = SCORE_BYTES) -> float:
     """c in 'recompute pays while d < c R'. overlap=False, the form the time model obeys (a sum
@@ -345,7 +331,7 @@ def rule_fraction(dtype: str, deterministic: bool = False, *, overlap: bool = Fa
     if overlap:
         p = per_pair(dtype, deterministic, score_bytes)
         return p["s_bytes"] / p["flash_flops_per_d"]
-    return crossing_fraction(stored_launches_per_pair(dtype, deterministic, score_bytes),
+    return roofline.crossing_fraction(stored_launches_per_pair(dtype, deterministic, score_bytes),
                              per_pair(dtype, deterministic)["flash_flops_per_d"])
 
 
@@ -360,18 +346,32 @@ def rule_of_thumb(gpu, dtype: str, deterministic: bool = False, *, overlap: bool
                          score_bytes=score_bytes) * roofline.ridge_point(gpu, dtype)
 
 
+def pair_refusal(gpu, dtype: str, d: int, *, N, B=1, H=16, causal=False,
+                 deterministic=False) -> str | None:
+    """Why `gpu` cannot run a launch of stored's or flash's forward + backward in `dtype` at
+    head dim d (archs.refusal of the instantiation method_time would time), or None."""
+    arch = roofline.spec(gpu)["arch"]
+    for method in ("stored", "flash"):
+        for kt in timed_launches(method, B, H, N, N, d, causal, deterministic, dtype)[0]:
+            if reason := archs.refusal(kt.kernel, arch):
+                return f"{kt.kernel.split('<')[0]}: {reason}"
+    return None
+
+
 def recompute_gains(gpus, dtypes, ds, *, N, B=1, H=16, causal=False,
                     deterministic=False) -> list[dict]:
     """One row per (GPU, dtype, d): modeled stored and flash times at both bounds and the
     recompute gain stored / flash at each (> 1: recompute pays; unique bytes: the times' lower
-    bounds, counted: the upper). No rows where archs.dtype_refusal (bf16 on a T4)."""
+    bounds, counted: the upper). No row where pair_refusal (bf16 on a T4; fp16 at d = 256
+    there, whose tiles need more shared memory than sm_75 has)."""
     rows = []
     for gpu in gpus:
         name = roofline.spec(gpu)["name"]
         for dtype in dtypes:
-            if archs.dtype_refusal(dtype, roofline.spec(name)["arch"]):  # bf16 on a T4
-                continue
             for d in ds:
+                if pair_refusal(name, dtype, d, N=N, B=B, H=H, causal=causal,
+                                deterministic=deterministic):
+                    continue
                 t = {m: method_time(m, B, H, N, N, d, name, causal=causal,
                                     deterministic=deterministic, dtype=dtype)
                      for m in ("stored", "flash")}

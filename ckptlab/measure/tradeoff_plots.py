@@ -134,5 +134,9 @@ def plot_memory_vs_speed(points, *, memory_label="saved for the backward", title
     if path is not None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="png", dpi=150)
+        try:
+            fig.savefig(path, format="png", dpi=150)
+        except OSError as e:  # a full disk: name the file (the writer does not)
+            e.filename = e.filename or str(path)
+            raise
     return fig

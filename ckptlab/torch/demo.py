@@ -265,4 +265,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ckptlab.args import exit_with
+
+    exit_with(main)
