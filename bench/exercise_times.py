@@ -79,4 +79,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ckptlab.args import exit_with  # one line for a write error; quiet into | head
+
+    exit_with(main)
