@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ckptlab import device
-from ckptlab.exercises import lab01, lab04, lab08
+from ckptlab.exercises import lab01, lab04, lab09
 from ckptlab.measure import traffic
 
 SOLUTIONS = Path(__file__).resolve().parent.parent / "labs" / "solutions"
@@ -24,7 +24,7 @@ def solution(name: str):
 
 S1, S4 = solution("01_roofline"), solution("04_flash_forward")
 with device.use("emu"):  # the notebook profiles its chain on the emulator
-    P8 = solution("08_segment_checkpointing").notebook_profile()
+    P9 = solution("09_segment_checkpointing").notebook_profile()
 
 
 def test_merge_of_two_empty_parts_must_not_be_nan():
@@ -55,12 +55,12 @@ def test_merge_accepts_any_pair_and_names_what_came():
 
 
 def test_least_memory_segments_names_the_optimum_and_the_distance():
-    peaks = {k: lab08.schedules.uniform(32, k).predict(P8).peak_bytes for k in range(1, 33)}
+    peaks = {k: lab09.schedules.uniform(32, k).predict(P9).peak_bytes for k in range(1, 33)}
     best = min(peaks, key=peaks.get)
-    assert lab08.least_memory_segments(best, P8) == "right"
+    assert lab09.least_memory_segments(best, P9) == "right"
     for k in (10, 13, 17):  # within 10% of the least: once accepted, now wrong
         assert peaks[k] <= 1.10 * peaks[best] and peaks[k] > peaks[best]
-        verdict = lab08.least_memory_segments(k, P8)
+        verdict = lab09.least_memory_segments(k, P9)
         assert verdict.startswith("wrong, because ") and f"k = {best}" in verdict, verdict
         assert f"{peaks[k] / peaks[best] - 1:.0%} above the least" in verdict
 

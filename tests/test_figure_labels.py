@@ -11,14 +11,14 @@ from ckptlab.recompute import schedules
 MIB = 2**20
 
 
-def lab09_points():
-    """The points lab 09 draws: its GPT's profile, every schedule and the DP at five budgets."""
+def lab10_points():
+    """The points lab 10 draws: its GPT's profile, every schedule and the DP at five budgets."""
     import importlib.util
     from pathlib import Path
 
     path = Path(__file__).resolve().parent.parent / "labs" / "solutions" / \
-        "09_schedules_and_budgets.py"
-    spec = importlib.util.spec_from_file_location("sol08", path)
+        "10_schedules_and_budgets.py"
+    spec = importlib.util.spec_from_file_location("sol10", path)
     sol = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sol)
     prof = sol.notebook_profile()
@@ -54,9 +54,9 @@ def test_the_check_sees_overlaps_and_clipping():
     assert "'revolve(2)' leaves the axes" in problems
 
 
-@pytest.mark.parametrize("points", [CROWDED, "lab09"], ids=["crowded", "lab09"])
+@pytest.mark.parametrize("points", [CROWDED, "lab10"], ids=["crowded", "lab10"])
 def test_pareto_labels_neither_overlap_nor_clip(points, tmp_path):
-    points = lab09_points() if points == "lab09" else points
+    points = lab10_points() if points == "lab10" else points
     fig = plots.plot_pareto(points, path=tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 5000
     assert figure.label_problems(fig) == []
@@ -145,7 +145,7 @@ def test_units_are_micro_seconds_and_mebibytes_with_plain_ticks():
     assert fmt_bytes(48.5 * MIB) == "48.5 MiB" and fmt_seconds(3e-6) == "3 µs"
 
 
-# GPT-3 175B on an H100 as lab 12 draws it (held GiB, modeled step s): points far apart on a log
+# GPT-3 175B on an H100 as lab 13 draws it (held GiB, modeled step s): points far apart on a log
 # axis, three at nearly the same time, under a two-line title.
 GIB = 2**30
 OFFLOAD = [dict(name="recompute none", peak_bytes=256.5 * GIB, seconds=2.220),
@@ -185,7 +185,7 @@ def test_leader_lines_end_at_their_points():
 
 
 def test_gain_bands_are_in_the_legend():
-    """Lab 10's recompute gain against d: each shaded band (unique to counted bytes) is named
+    """Lab 08's recompute gain against d: each shaded band (unique to counted bytes) is named
     in the legend beside its line."""
     ds = [16, 32, 64, 128]
     gains = {"A100 fp32": ([0.83, 0.86, 0.86, 0.86], [0.83, 0.86, 0.86, 1.0]),
