@@ -30,5 +30,5 @@ def deterministic_flops_ratio(answer, B: int = 64, H: int = 16, N: int = 1024,
         B, H, N, N, d, deterministic=x))["flops"] for x in (True, False))
     return close(answer, det / atomic, "the ratio", 0.01, hints=[
         (1.0, "the deterministic dq kernel recomputes S and dP = dO V^T a second time"),
-    ], hint="atomic: 10 d FLOPs per (i, j) pair (S, dP, dV, dK, dQ); the deterministic path "
-            "does 8 d in dkdv, then S, dP and dQ again (6 d) in the dq kernel")
+    ], hint="count the matmuls each backward runs per (i, j) pair, 2 d FLOPs each: which "
+            "does the deterministic dq kernel run that the atomic backward does not?")

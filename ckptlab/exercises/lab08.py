@@ -51,12 +51,10 @@ def crossing_d(answer, gpu: str = "A100", dtype: str = "bf16") -> Verdict:
         return wrong(f"that is the {other} crossing: {dtype} has its own ridge and kernels")
     gain = {r["d"]: r["gain_unique"] for r in rows}[int(got)]
     side = "still pays." if gain > 1 else "already costs: is it the first d where it does?"
-    rule = timemodel.rule_of_thumb(name, dtype)
-    overlap = timemodel.rule_of_thumb(name, dtype, overlap=True)
-    return wrong(f"at d = {int(got)} the modeled gain is {gain:.2f}: recompute {side} The "
-                 f"model's rule, d < 2 R / 3 (launches one after another), gives {rule:.1f} on "
-                 f"{name} in {dtype}; d < 4 R / 7 = {overlap:.1f} would hold only if the "
-                 "launches overlapped perfectly")
+    return wrong(f"at d = {int(got)} the modeled gain is {gain:.2f}: recompute {side} Which "
+                 f"ridge R does {name} have in {dtype} (roofline.ridge_point), and which rule "
+                 "did you use: d < 2 R / 3 (launches one after another, what the model does) or "
+                 "4 R / 7 (perfect overlap)?")
 
 
 def flash_intensity(answer, B: int = 1, H: int = 1, N: int = 1024, d: int = 64) -> Verdict:

@@ -13,7 +13,8 @@ from ckptlab.recompute import schedules
 def least_memory_segments(answer, prof) -> Verdict:
     """The number k of uniform checkpointed segments (schedules.uniform(L, k)) that gives the
     chain profiled in `prof` the least predicted peak of saved bytes. Only a k with that least
-    peak is right (ties all are); any other is told the optimum and how far it is from it."""
+    peak is right (ties all are); any other is told how far above the least it peaks, and in
+    which direction to look, never the optimum."""
     L = prof.n_blocks
     peaks = {k: schedules.uniform(L, k).predict(prof).peak_bytes for k in range(1, L + 1)}
     least = min(peaks.values())
@@ -30,10 +31,9 @@ def least_memory_segments(answer, prof) -> Verdict:
         return right()
     side = ("more segments: each recompute holds L / k blocks' activations at once" if k < best[0]
             else "fewer segments: each one holds its input until the backward reaches it")
-    named = " or ".join(f"k = {b}" for b in best)
-    return wrong(f"k = {k} peaks at {peaks[k]:,} bytes, {peaks[k] / least - 1:.0%} above the "
-                  f"least, {least:,} bytes at {named}; the estimate sqrt(L a / x) only points "
-                  f"near it (segments of unequal length, the head): try {side}")
+    return wrong(f"k = {k} peaks at {peaks[k]:,} bytes, {peaks[k] / least - 1:.1%} above the "
+                  "least any k reaches; the estimate sqrt(L a / x) only points near it "
+                  f"(segments of unequal length, the head): try {side}")
 
 
 def checkpoint_flops_ratio(answer, prof) -> Verdict:

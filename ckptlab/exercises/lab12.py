@@ -61,4 +61,5 @@ def tp_bytes_per_gpu(answer, s: int, b: int, h: int, a: int, t: int) -> Verdict:
          "the MLP's 4h activations"),
         (at_scale.layer_activation_bytes(s, b, h, a, "selective", t),
          "that leaves out the attention core's 5 a s^2 b / t bytes (softmax, dropout)"),
-    ], hint="s b h (10 + 24/t + 5 a s / (h t))")
+    ], hint="lab 11's count per GPU: which terms does tensor parallelism divide by t, and "
+            "which does it leave whole on every GPU?")
