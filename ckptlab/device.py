@@ -118,6 +118,32 @@ def kernel_source(filename: str) -> str:
     return path.read_text()
 
 
+def kernel_header(filename: str, keep=(), drop=()) -> str:
+    """The header comment of kernels/<filename> (every line before the first #include), as a
+    lab prints it: only its paragraphs (runs of lines between blank `//` lines) that contain one
+    of the phrases in `keep` (all of them when `keep` is empty), without the lines that contain a
+    phrase in `drop` (an exercise's answer, a caveat for another lab). A phrase that matches
+    nothing raises ValueError, so a lab notices when the header it quotes changes."""
+    head = kernel_source(filename).split("#include")[0].rstrip().splitlines()
+    paragraphs, current = [], []
+    for line in head:
+        if line.strip() == "//":
+            if current:
+                paragraphs.append(current)
+            current = []
+        else:
+            current.append(line)
+    if current:
+        paragraphs.append(current)
+    missing = [k for k in (*keep, *drop) if k not in "\n".join(head)]
+    if missing:
+        raise ValueError(f"{filename}'s header has none of {missing}")
+    if keep:
+        paragraphs = [p for p in paragraphs if any(k in line for k in keep for line in p)]
+    lines = ["\n".join(x for x in p if not any(d in x for d in drop)) for p in paragraphs]
+    return "\n//\n".join(x for x in lines if x)
+
+
 def headers_hash() -> str:
     """SHA-256 (first 16 hex digits) of every kernels/*.cuh, names and contents, in name order.
 
