@@ -47,10 +47,10 @@ COMPUTATIONS = {
 
 
 def _rule_values(case) -> list[str]:
-    from ckptlab.measure import timemodel
+    from ckptlab.measure import crossing
 
     gpu, dtype = case.kwargs["gpu"], case.kwargs["dtype"]
-    rules = (timemodel.rule_of_thumb(gpu, dtype), timemodel.rule_of_thumb(gpu, dtype, overlap=True))
+    rules = (crossing.rule_of_thumb(gpu, dtype), crossing.rule_of_thumb(gpu, dtype, overlap=True))
     return [rf"(?<![\w.]){v:.{k}f}(?!\.?\d)" for v in rules for k in (0, 1)]
 
 

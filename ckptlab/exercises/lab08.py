@@ -16,7 +16,7 @@ from ckptlab.exercises.verdict import (
     unanswered,
     wrong,
 )
-from ckptlab.measure import roofline, timemodel, traffic, traffic_tc
+from ckptlab.measure import crossing, roofline, traffic, traffic_tc
 
 CROSSING = dict(N=4096, B=1, H=16)  # the sweep exercise 1 asks about (every launch fills waves)
 DIMS = (16, 32, 64, 128)  # the head dims it sweeps
@@ -29,8 +29,8 @@ def crossing_d(answer, gpu: str = "A100", dtype: str = "bf16") -> Verdict:
     if unanswered(answer):  # before the sweep: nothing to compute for an empty answer
         return Verdict(NOT_YET)
     name = roofline.spec(gpu)["name"]
-    rows = timemodel.recompute_gains([name], [dtype], DIMS, **CROSSING)
-    want = timemodel.crossings(rows)[name, dtype]
+    rows = crossing.recompute_gains([name], [dtype], DIMS, **CROSSING)
+    want = crossing.crossings(rows)[name, dtype]
     if isinstance(answer, str) and answer.strip().lower() == "never":
         return right() if want is None else wrong(
             f"on {name} in {dtype} the gain does fall below 1 within d <= {max(DIMS)}")
@@ -45,7 +45,7 @@ def crossing_d(answer, gpu: str = "A100", dtype: str = "bf16") -> Verdict:
     if want is None:
         return wrong(f"on {name} in {dtype} the gain stays above 1 for every d of the sweep")
     other = "fp32" if dtype != "fp32" else "bf16"
-    theirs = timemodel.crossings(timemodel.recompute_gains([name], [other], DIMS,
+    theirs = crossing.crossings(crossing.recompute_gains([name], [other], DIMS,
                                                            **CROSSING))[name, other]
     if got == theirs:
         return wrong(f"that is the {other} crossing: {dtype} has its own ridge and kernels")
