@@ -78,10 +78,11 @@ def test_the_usual_slips_get_their_own_reason():
                          - traffic.totals(traffic.launches("flash", 1, 1, 256, 256, 64))["bytes"])
     assert "fusion and recompute together" in lab05.recompute_bytes_saved(
         naive_minus_flash, 1, 1, 256, 64)
-    assert "the fp32 crossing" in lab08.crossing_d(16, "A100", "bf16")  # fp32: at every d
-    assert "still pays" in lab08.crossing_d(32, "A100", "bf16")
+    assert "the fp32 crossing" in lab08.crossing_d(32, "A100", "bf16")  # fp32: at every d
     assert "still pays" in lab08.crossing_d(64, "A100", "bf16")  # 1.46: S in fp32 costs 8 B
-    assert "first d" in lab08.crossing_d(32, "A100", "fp32")  # fp32 crosses at 16
+    assert "still pays" in lab08.crossing_d(96, "A100", "bf16")  # 1.07: 4 R / 7 = 87 misleads
+    assert "first d" in lab08.crossing_d(64, "A100", "fp32")  # fp32 crosses at 32
+    assert "the sweep has d in" in lab08.crossing_d(16, "A100", "bf16")
     assert "does fall below 1" in lab08.crossing_d("never", "A100", "bf16")
     assert "fp32 SGEMM" in lab07.wmma_gemm_bytes(4 * (100 * 56 * 3 + 56 * 40 * 7) + 4 * 4000,
                                                  100, 40, 56)

@@ -200,3 +200,31 @@ def test_gain_bands_are_in_the_legend():
     assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "32", "64", "128"]
     with pytest.raises(ValueError, match="expected 4 values"):
         plots.plot_gain_vs_d(ds, {"x": ([1, 2], [1, 2])})
+
+
+def test_gain_figure_marks_each_rule_where_its_line_crosses_one():
+    """Lab 08's figure: bf16 on an A100 and fp32 on an L4 (modeled), each with its rule 2 R / 3
+    drawn in its colour; the modeled gain is above 1 at the head dim below the rule and below 1
+    at the one above, so the reader sees the line cross where the rule says."""
+    from ckptlab.measure import crossing
+
+    ds = (32, 64, 96, 128)
+    gains, rules = {}, {}
+    for gpu, dtype in (("A100", "bf16"), ("L4", "fp32")):
+        rows = sorted(crossing.recompute_gains([gpu], [dtype], ds, N=4096, B=1, H=16),
+                      key=lambda r: r["d"])
+        label = f"{gpu} {dtype}"
+        gains[label] = ([r["gain_unique"] for r in rows], [r["gain_counted"] for r in rows])
+        rules[label] = rows[0]["rule_of_thumb_d"]
+        below = max(d for d in ds if d < rules[label])
+        above = min(d for d in ds if d > rules[label])
+        g = dict(zip(ds, gains[label][0], strict=True))
+        assert g[below] > 1 > g[above], (label, rules[label], g)
+    fig = plots.plot_gain_vs_d(ds, gains, rules=rules)
+    ax = fig.axes[0]
+    verticals = {round(float(line.get_xdata()[0]), 1): line.get_label() for line in ax.lines
+                 if len(set(np.ravel(line.get_xdata()))) == 1}
+    assert sorted(verticals) == sorted(round(r, 1) for r in rules.values()), verticals
+    assert all("2 R / 3" in label for label in verticals.values())
+    with pytest.raises(ValueError, match="no gains"):
+        plots.plot_gain_vs_d(ds, gains, rules={"H100 bf16": 197.0})

@@ -138,7 +138,7 @@ OWN_SLIPS = {
                                                  l_a * np.exp(m_a) + l_b * np.exp(m_b))],
     "sgemm_bytes": [4 * (40 * 56 + 56 * 24 + 40 * 24)],
     "sgemm_shared_bytes": [2048, 4096, 2 * 32 * 32],
-    "crossing_d": [16, 32, 64, "never"],
+    "crossing_d": [16, 32, 64, 96, "never"],
     "least_memory_segments": list(range(1, 33)),
     "schedule_for_budget": ["sqrt", "every(2)", "every(4)", "revolve(2)", "keep(matmul)",
                             "recompute(attn)", [Seg([0, 1, 2, 3]), 4, 5, 6, 7]],

@@ -13,8 +13,9 @@ saved_tensors_hooks the same way (ckptlab.torch.ledger.TorchLedger).
 
     python -m ckptlab bench checkpoint --model mlp --layers 64 --schedule "none,sqrt,revolve(4)"
 
---png DIR draws peak memory against measured step time (with its spread) and against recompute
-FLOPs, one point per schedule.
+--png [DIR] draws into the folder DIR (the current one when not given), as bench attention's --png
+does: peak memory against measured step time (with its spread) and against recompute FLOPs, one
+point per schedule.
 """
 
 from __future__ import annotations
@@ -328,8 +329,10 @@ def main(argv=None) -> int:
                    help="interleaved timed runs (default 7)")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch twin")
     p.add_argument("--csv", metavar="FILE", help="also write the rows as CSV ('-': stdout)")
-    p.add_argument("--png", metavar="DIR", help="also draw peak memory against step time and "
-                   "against recompute FLOPs into DIR")
+    p.add_argument("--png", metavar="DIR", nargs="?", const=".",
+                   help="also draw peak memory against step time and against recompute FLOPs "
+                   "into the folder DIR (default: the current one), as bench attention's --png "
+                   "does")
     a = p.parse_args(argv)
     layers = a.layers if a.layers is not None else (64 if a.model == "mlp" else 8)
     batch = a.batch if a.batch is not None else (512 if a.model == "mlp" else 16)

@@ -172,14 +172,20 @@ def _bytes_takeaway(n, ys: dict, methods: list) -> str:
 
 
 
-def plot_gain_vs_d(ds, gains: dict, *, title="above 1: recomputing S wins", path=None):
+def plot_gain_vs_d(ds, gains: dict, *, rules: dict | None = None,
+                   title="above 1: recomputing S wins", path=None):
     """The recompute gain (stored time / flash time) against the head dim d: gains[label] =
     (per d from unique bytes, per d from counted), the two bounds of one modeled time. A line
     at the unique bound and a shaded band to the counted one, one colour per label, both in
-    the legend; a grey line at 1 (above it recomputing wins)."""
+    the legend; a grey line at 1 (above it recomputing wins). rules[label] = the head dim the
+    rule of thumb (crossing.rule_of_thumb: 2 R / 3) predicts for that label: a dashed line in
+    its colour, where the unique-bytes line should cross 1."""
     ds = _positive("ds", ds)
     if not isinstance(gains, dict) or not gains:
         raise ValueError(f"gains: expected a dict label -> (unique, counted), got {gains!r}")
+    rules = dict(rules or {})
+    if set(rules) - set(gains):
+        raise ValueError(f"rules: labels {sorted(set(rules) - set(gains))} have no gains")
     fig, ax = _new_axes()
     for k, (label, (unique, counted)) in enumerate(gains.items()):
         lo = _series(f"gains[{label!r}] unique", unique, len(ds))
@@ -187,6 +193,9 @@ def plot_gain_vs_d(ds, gains: dict, *, title="above 1: recomputing S wins", path
         ax.plot(ds, lo, "o-", color=f"C{k}", label=f"{label} (unique bytes)")
         ax.fill_between(ds, np.minimum(lo, hi), np.maximum(lo, hi), color=f"C{k}", alpha=0.2,
                         label=f"{label}: unique to counted bytes")
+        if label in rules:
+            ax.axvline(rules[label], color=f"C{k}", ls="--", lw=1,
+                       label=f"{label}: the rule, d = 2 R / 3 = {rules[label]:.0f}")
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set_xscale("log", base=2)
     ax.set_xticks(ds, [f"{d:g}" for d in ds])

@@ -11,12 +11,12 @@ A100_BANDWIDTH = 2.039e12  # bytes/s, A100 SXM 80GB
 # Exercise 1. With launches one after another (the time model), recompute pays while d < 2 R / 3
 # (section 1: stored's forward max(4 d, 4 R) + its backward max(8 d, 4 R) against flash's 14 d,
 # S fp32 in bf16 too): A100 in bf16, ridge R = 312e12 / 2.039e12 = 153 FLOP/byte, so
-# d < 2 x 153 / 3 = 102. Of 16, 32, 64, 128 the first above it is 128: there the recompute gain
-# falls below 1 (the sweep: 0.94 with unique bytes; still 1.46 at d = 64). (With perfect
-# overlap the rule would be 4 R / 7 = 87.4: the same answer on this sweep.)
+# d < 2 x 153 / 3 = 102. Of 32, 64, 96, 128 the first above it is 128: there the recompute gain
+# falls below 1 (the sweep: 0.94 with unique bytes; still 1.07 at d = 96). (With perfect
+# overlap the rule would be 4 R / 7 = 87.4, and would wrongly give 96.)
 ridge = A100_TENSOR16 / A100_BANDWIDTH
 rule = 2 * ridge / 3  # 102.0
-answer_1 = min(d for d in (16, 32, 64, 128) if d > rule)  # 128
+answer_1 = min(d for d in (32, 64, 96, 128) if d > rule)  # 128
 
 # Exercise 2. Hardware FLOPs per (i, j) pair (whole tiles; N = 1024 divides them): forward S
 # and P V, 4 d; dK/dV kernel S (recomputed), dP, dV, dK, 8 d; deterministic dQ kernel S and dP
