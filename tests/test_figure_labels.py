@@ -102,14 +102,80 @@ def test_memory_vs_time_frontier_only_where_the_iqrs_separate():
     assert plots.pareto_front([(p["seconds"], p["peak_bytes"]) for p in pts]) == [0, 1, 2, 4]
     fig = plots.plot_memory_vs_time(pts, device="cpu")
     ax = fig.axes[0]
-    # one step only: none (55-65 ms) -> every(1) is not consecutive; none -> every(2) overlaps
-    # nothing (65 < 86), every(2) -> near/every(1) overlap: the only resolved step is the first
-    steps = [np.round(np.asarray(line.get_xdata(), dtype=float), 3).tolist()
-             for line in ax.lines if line.get_drawstyle() == "steps-post"]
-    assert steps == [[60.0, 120.0]], steps
-    assert "Pareto frontier (IQRs apart)" in [t.get_text() for t in
-                                                           ax.get_legend().get_texts()]
+    # the line runs through every point of the medians' front, none -> every(2) -> near ->
+    # every(1): solid where the IQRs are apart (65 < 86 ms), dotted where they overlap
+    steps = [(np.round(np.asarray(line.get_xdata(), dtype=float), 3).tolist(),
+              line.get_linestyle()) for line in ax.lines if line.get_drawstyle() == "steps-post"]
+    assert steps == [([60.0, 120.0], "-"), ([120.0, 149.0], ":"), ([149.0, 150.0], ":")], steps
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "Pareto frontier (medians; IQRs apart)" in legend
+    assert "its order within the noise (IQRs overlap)" in legend
+    assert "no fastest beyond the noise" not in fig.axes[0].get_title()  # none's IQR is apart
+    assert "none is fastest" in fig.axes[0].get_title().replace("\n", " ")
     assert figure.label_problems(fig) == []
+
+
+def test_the_frontier_skips_no_pareto_point_and_names_a_fastest_only_apart():
+    """Lab 10's measured step times: a frontier line that left out a Pareto point (its IQR
+    overlapped a neighbour's) and a title naming a 'fastest' schedule whose IQR overlapped the
+    next one's, so that two runs named two different ones."""
+    MS = 1e-3
+    pts = [dict(name="none", peak_bytes=40 * MIB, seconds=26 * MS, q1_s=25 * MS, q3_s=28 * MS),
+           dict(name="recompute(attn)", peak_bytes=36 * MIB, seconds=27 * MS, q1_s=25.5 * MS,
+                q3_s=28.5 * MS),
+           dict(name="optimal(40%)", peak_bytes=12 * MIB, seconds=36 * MS, q1_s=34 * MS,
+                q3_s=38 * MS),
+           dict(name="sqrt", peak_bytes=15 * MIB, seconds=38 * MS, q1_s=37 * MS, q3_s=40 * MS),
+           dict(name="revolve(2)", peak_bytes=6 * MIB, seconds=49 * MS, q1_s=47 * MS,
+                q3_s=51 * MS)]
+    fig = plots.plot_memory_vs_time(pts, device="cpu")
+    ax = fig.axes[0]
+    through = {round(x, 3) for line in ax.lines if line.get_drawstyle() == "steps-post"
+               for x in np.asarray(line.get_xdata(), dtype=float)}
+    front = plots.pareto_front([(p["seconds"] / MS, p["peak_bytes"]) for p in pts])
+    assert through == {round(pts[i]["seconds"] / MS, 3) for i in front} == {26, 27, 36, 49}
+    title = ax.get_title().replace("\n", " ")
+    assert "no fastest beyond the noise: none, recompute(attn)" in title, title
+
+
+def test_a_weakly_dominated_point_is_not_drawn_pareto_optimal():
+    """Lab 13's offload figure: keeping everything (256 GiB) takes as long as offloading over
+    NVLink-C2C (10 GiB): it is beaten, weakly, and must be grey, off the frontier."""
+    fig = plots.plot_memory_vs_time(OFFLOAD, device="H100 (modeled)", log_memory=True)
+    ax = fig.axes[0]
+    lo = hi = [p["seconds"] for p in OFFLOAD]
+    front = plots.pareto_front_with_spread(lo, hi, [p["peak_bytes"] for p in OFFLOAD])
+    names = [OFFLOAD[i]["name"] for i in front]
+    assert "recompute none" not in names and "offload, C2C" in names, names
+    from matplotlib.colors import to_rgb
+
+    drawn = {(round(float(np.ravel(line.get_xdata())[0]), 2),
+              round(float(np.ravel(line.get_ydata())[0]), 1)): to_rgb(line.get_color())
+             for line in ax.lines if line.get_marker() == "o" and len(np.ravel(line.get_xdata()))}
+    assert drawn[2.22, 256.5] == to_rgb("0.6"), drawn  # recompute none: grey
+    assert drawn[2.22, 9.8] == to_rgb("C0")  # offload over C2C: on the frontier
+    assert drawn[8.59, 9.8] == to_rgb("0.6")  # over PCIe 5: full recompute beats it
+
+
+def test_checkpointing_faster_than_none_says_why():
+    """bench checkpoint measured optimal(40%) faster than none, IQRs apart, and greyed none
+    out with no word of why: the note names the allocator's peaks, or load."""
+    from ckptlab.measure import tradeoff
+
+    MS = 1e-3
+    base = dict(name="none", peak_bytes=40 * MIB, seconds=30 * MS, q1_s=29 * MS, q3_s=31 * MS,
+                alloc_bytes=90 * MIB)
+    quick = dict(name="optimal(40%)", peak_bytes=16 * MIB, seconds=25 * MS, q1_s=24 * MS,
+                 q3_s=26 * MS, alloc_bytes=50 * MIB)
+    note = tradeoff.faster_than_baseline([base, quick])
+    assert "optimal(40%) measured faster than none" in note and "50 MiB" in note and \
+        "90 MiB" in note and "allocate" in note, note
+    assert "likely load" in tradeoff.faster_than_baseline([base, dict(quick, alloc_bytes=95 * MIB)])
+    assert "likely load" in tradeoff.faster_than_baseline(
+        [{k: v for k, v in p.items() if k != "alloc_bytes"} for p in (base, quick)])
+    assert tradeoff.faster_than_baseline([base, dict(quick, q3_s=29.5 * MS)]) == ""  # overlap
+    fig = plots.plot_memory_vs_time([base, quick], device="cpu")
+    assert "measured faster than none" in fig.axes[0].get_title().replace("\n", " ")
 
 
 def test_roofline_legend_lists_only_what_is_drawn():

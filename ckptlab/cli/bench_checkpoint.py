@@ -36,7 +36,7 @@ from ckptlab.cli.report import (
     write_csv,
 )
 from ckptlab.engine import Tensor
-from ckptlab.measure import plots
+from ckptlab.measure import plots, tradeoff
 from ckptlab.recompute import ledger, schedules
 from ckptlab.recompute.plan import Seg
 
@@ -225,6 +225,15 @@ def _run(model, layers, schedule_specs, width, batch, seq, heads, dropout, dtype
     return [hand] + rows
 
 
+def time_points(rows: list[dict]) -> list[dict]:
+    """The schedules' rows as plots.plot_memory_vs_time's points: the ledger's peak, the step's
+    median and IQR, and the allocator's peak (which says why a checkpointed step can measure
+    faster than none: tradeoff.faster_than_baseline)."""
+    return [dict(name=r["schedule"], peak_bytes=r["measured_peak_bytes"], seconds=r["step_s"],
+                 q1_s=r["step_q1_s"], q3_s=r["step_q3_s"], alloc_bytes=r["allocator_peak_bytes"])
+            for r in rows if "measured_peak_bytes" in r]
+
+
 def overlapping(rows: list[dict], key: str = "step") -> list[tuple[str, str]]:
     """Pairs of schedules whose interquartile ranges of `key` time overlap: at this noise
     their order by time is not resolved."""
@@ -298,6 +307,9 @@ def table(rows) -> str:
     warning = overlap_warning(rows)
     if warning:
         lines.append(warning)
+    faster = tradeoff.faster_than_baseline(time_points(rows))
+    if faster:
+        lines.append(f"note: {faster}")
     return "\n".join(lines)
 
 
@@ -374,10 +386,7 @@ def figures(rows: list[dict], folder) -> list:
     out.mkdir(parents=True, exist_ok=True)
     sched = [r for r in rows if "measured_peak_bytes" in r]
     paths = [out / "checkpoint_memory_vs_time.png", out / "checkpoint_pareto.png"]
-    plots.plot_memory_vs_time(
-        [dict(name=r["schedule"], peak_bytes=r["measured_peak_bytes"], seconds=r["step_s"],
-              q1_s=r["step_q1_s"], q3_s=r["step_q3_s"]) for r in sched],
-        device=rows[0]["device"], path=paths[0])
+    plots.plot_memory_vs_time(time_points(rows), device=rows[0]["device"], path=paths[0])
     plots.plot_pareto([dict(name=r["schedule"], peak_bytes=r["measured_peak_bytes"],
                             recompute_flops=r["hardware_flops"] - r["model_flops"])
                        for r in sched], path=paths[1])

@@ -305,7 +305,7 @@ def plot_memory_trace(traces: dict, phases, *, clocks: dict | None = None, title
     ax.set_ylabel(f"memory held ({unit})")
     ax.set_ylim(bottom=0)
     if title is None:
-        title = _trace_takeaway(ys, spans)
+        title = _trace_takeaway(ys, spans, None if clocks is None else xs)
     return _finish(fig, ax, title, path)
 
 
@@ -323,14 +323,18 @@ def _check_phases(phases, steps: int) -> list:
     return spans
 
 
-def _trace_takeaway(ys: dict, spans: list) -> str:
+def _trace_takeaway(ys: dict, spans: list, xs: dict | None = None) -> str:
+    """The peak, said on the figure's own x axis: after how much work (the FLOP clock), or at
+    which event (no clock), and in which phase."""
     names = list(ys)
     peak = {name: float(y.max()) for name, y in ys.items()}
     if len(names) == 1:
         k = int(np.argmax(ys[names[0]]))
         during = [kind for start, end, kind in spans if start <= k < end]
-        phase = f", during {during[0]}" if during else ""
-        return f"{names[0]} peaks at {_fmt('bytes', peak[names[0]])} at step {k}{phase}"
+        phase = f", during the {during[0]}" if during else ""
+        when = (f"at event {k}" if xs is None else
+                f"after {_fmt('flops', float(xs[names[0]][k]))} of work")
+        return f"{names[0]} peaks at {_fmt('bytes', peak[names[0]])} {when}{phase}"
     a, b = names[0], names[1]
     word = "less" if peak[a] <= peak[b] else "more"
     r = max(peak[a], peak[b]) / max(min(peak[a], peak[b]), 1.0)
