@@ -111,6 +111,17 @@ def synchronize() -> None:
         cupy.cuda.get_current_stream().synchronize()
 
 
+def free_bytes() -> int | None:
+    """Bytes the cuda target can still allocate: the device's free memory plus what CuPy's pool
+    holds unused; None on the emulator (host memory: the labs' CPU sizes are small)."""
+    if target() != "cuda":
+        return None
+    cp = xp("cuda")
+    free, _ = cp.cuda.runtime.memGetInfo()
+    pool = cp.get_default_memory_pool()
+    return int(free + pool.free_bytes())
+
+
 def kernel_source(filename: str) -> str:
     path = KERNELS_DIR / filename
     if not path.is_file():
