@@ -202,13 +202,21 @@ def timed_launches(method: str, B, H, Nq, Nk, d, causal=False, deterministic=Fal
     return traffic.launches(method, B, H, Nq, Nk, d, causal, deterministic), "what-if"
 
 
+PARTS = ("both", "forward", "backward")
+
+
 def method_time(method: str, B, H, Nq, Nk, d, device, *, causal=False, deterministic=False,
-                dtype: str = "fp32", achievable: float = 1.0) -> MethodTime:
-    """Every launch of `method`'s forward + backward (timed_launches) timed at both bounds;
+                dtype: str = "fp32", achievable: float = 1.0, part: str = "both") -> MethodTime:
+    """Every launch of `method`'s forward + backward (timed_launches) timed at both bounds, or
+    only the forward's or the backward's launches (`part`; a backward kernel's name has _bwd);
     `achievable` as in launch_time."""
+    if part not in PARTS:
+        raise ValueError(f"part: expected one of {PARTS}, got {part!r}")
     name = roofline.spec(device)["name"]
     out: dict = {b: [] for b in BOUNDS}
     runs, kind = timed_launches(method, B, H, Nq, Nk, d, causal, deterministic, dtype)
+    if part != "both":
+        runs = [kt for kt in runs if ("_bwd" in kt.kernel) == (part == "backward")]
     for kt in runs:
         blocks, threads = occupancy.geometry(kt.kernel, B, H, Nq, Nk, d)
         nbytes = launch_bytes(kt, dtype)
