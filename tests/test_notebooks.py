@@ -173,3 +173,18 @@ def test_worked_solutions_are_right_in_the_notebook(path, monkeypatch):
         shown = "".join(o.get("data", {}).get("text/plain", "") + o.get("text", "")
                         for o in nb.cells[k + 1].outputs)
         assert shown.strip() == "right", f"cell {k}: {nb.cells[k + 1].source!r} -> {shown!r}"
+
+
+SECTIONS = [r"Motivation", r".+", r"Check", r"Measure|Count", r"What it means"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_sections_in_the_labs_order(path):
+    """Every lab's numbered sections open with motivation, the kernel (or the idea), check it,
+    measure it, what it means, in that order (a lab may add sections after them)."""
+    heads = [m.group(1) for c in nbformat.read(path, as_version=4).cells
+             if c.cell_type == "markdown"
+             for m in re.finditer(r"^## \d+\. (.+)$", c.source, flags=re.M)]
+    assert len(heads) >= len(SECTIONS), heads
+    for want, got in zip(SECTIONS, heads, strict=False):
+        assert re.match(want, got), f"{path.name}: expected a section like {want!r}, got {got!r}"
