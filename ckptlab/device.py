@@ -128,6 +128,17 @@ def synchronize() -> None:
         cupy.cuda.get_current_stream().synchronize()
 
 
+def free_bytes() -> int | None:
+    """Bytes the cuda target can still allocate: the device's free memory plus what CuPy's pool
+    holds unused; None on the emulator (host memory: the labs' CPU sizes are small)."""
+    if target() != "cuda":
+        return None
+    cp = xp("cuda")
+    free, _ = cp.cuda.runtime.memGetInfo()
+    pool = cp.get_default_memory_pool()
+    return int(free + pool.free_bytes())
+
+
 def kernel_source(filename: str) -> str:
     """The source load() compiles for kernels/<filename>: the file, or what kernel_file() put in
     its place."""
@@ -156,6 +167,30 @@ def kernel_file(filename: str, source: str, name: str | None = None):
             _overrides.pop(filename, None)
         else:
             _overrides[filename] = previous
+def kernel_header(filename: str, keep=(), drop=()) -> str:
+    """The header comment of kernels/<filename> (every line before the first #include), as a
+    lab prints it: only its paragraphs (runs of lines between blank `//` lines) that contain one
+    of the phrases in `keep` (all of them when `keep` is empty), without the lines that contain a
+    phrase in `drop` (an exercise's answer, a caveat for another lab). A phrase that matches
+    nothing raises ValueError, so a lab notices when the header it quotes changes."""
+    head = kernel_source(filename).split("#include")[0].rstrip().splitlines()
+    paragraphs, current = [], []
+    for line in head:
+        if line.strip() == "//":
+            if current:
+                paragraphs.append(current)
+            current = []
+        else:
+            current.append(line)
+    if current:
+        paragraphs.append(current)
+    missing = [k for k in (*keep, *drop) if k not in "\n".join(head)]
+    if missing:
+        raise ValueError(f"{filename}'s header has none of {missing}")
+    if keep:
+        paragraphs = [p for p in paragraphs if any(k in line for k in keep for line in p)]
+    lines = ["\n".join(x for x in p if not any(d in x for d in drop)) for p in paragraphs]
+    return "\n//\n".join(x for x in lines if x)
 
 
 def headers_hash() -> str:

@@ -101,11 +101,11 @@ def test_the_labs_pick_fp16_where_bf16_is_refused():
 def test_the_time_model_leaves_out_what_a_gpu_cannot_run(capsys):
     """bench crossing on a T4: no bf16 rows (its tensor cores have none), the reason printed."""
     from ckptlab.cli import bench_crossing
-    from ckptlab.measure import roofline, timemodel
+    from ckptlab.measure import crossing, roofline
 
     for name, entry in roofline.SPECS.items():  # every GPU of the table is an arch known here
         assert entry["arch"] in archs.ARCHS, name
-    assert timemodel.recompute_gains(["T4"], ["bf16"], [64], N=256) == []
+    assert crossing.recompute_gains(["T4"], ["bf16"], [64], N=256) == []
     assert "sm_80" in archs.dtype_refusal("bf16", "sm_75")
     assert archs.dtype_refusal("fp16", "sm_75") is None
     assert archs.dtype_refusal("fp32", "sm_75") is None

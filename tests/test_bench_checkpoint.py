@@ -134,3 +134,24 @@ def test_the_recompute_attn_row_says_why_torch_has_no_number():
     assert rows[2]["measured_peak_bytes"] == rows[2]["predicted_peak_bytes"]
     assert "torch '-' for recompute(attn): the twin does not recompute inside an op" in \
         bench_checkpoint.table(rows)
+
+
+def test_a_checkpointed_step_faster_than_none_says_why():
+    """When a schedule measures faster than none, IQRs apart (recompute alone cannot do that),
+    the table's note and the figure's title say why: the allocator's peaks, measured, beside
+    each other (or, when the faster one's is not smaller, that it is likely load)."""
+    from ckptlab.cli import bench_checkpoint as bc
+    from ckptlab.measure import plots
+
+    rows = bc.run("mlp", layers=4, schedule_specs=["none", "sqrt"], width=8, batch=4,
+                  repeats=3, with_torch=False)
+    by = {r["schedule"]: r for r in rows}
+    assert "note:" not in bc.table(rows) or by["sqrt"]["step_q3_s"] < by["none"]["step_q1_s"]
+    by["none"].update(step_s=2e-3, step_q1_s=1.9e-3, step_q3_s=2.1e-3)
+    by["sqrt"].update(step_s=1e-3, step_q1_s=0.9e-3, step_q3_s=1.1e-3)
+    text = bc.table(rows)
+    assert "note: sqrt measured faster than none, beyond the noise" in text, text
+    alloc = by["sqrt"]["allocator_peak_bytes"] < by["none"]["allocator_peak_bytes"]
+    assert ("the allocator peaks at" in text) == alloc and ("likely load" in text) != alloc
+    fig = plots.plot_memory_vs_time(bc.time_points(rows), device="cpu")
+    assert "measured faster than none" in fig.axes[0].get_title().replace("\n", " ")

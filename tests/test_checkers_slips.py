@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ckptlab import device
-from ckptlab.exercises import lab01, lab04, lab08
+from ckptlab.exercises import lab01, lab03, lab04, lab05, lab09
 from ckptlab.measure import traffic
 
 SOLUTIONS = Path(__file__).resolve().parent.parent / "labs" / "solutions"
@@ -24,7 +24,7 @@ def solution(name: str):
 
 S1, S4 = solution("01_roofline"), solution("04_flash_forward")
 with device.use("emu"):  # the notebook profiles its chain on the emulator
-    P8 = solution("08_segment_checkpointing").notebook_profile()
+    P9 = solution("09_segment_checkpointing").notebook_profile()
 
 
 def test_merge_of_two_empty_parts_must_not_be_nan():
@@ -54,15 +54,19 @@ def test_merge_accepts_any_pair_and_names_what_came():
     assert "ndarray" in lab04.online_merge(lambda *a: np.stack(S4.merge(*a)))
 
 
-def test_least_memory_segments_names_the_optimum_and_the_distance():
-    peaks = {k: lab08.schedules.uniform(32, k).predict(P8).peak_bytes for k in range(1, 33)}
+def test_least_memory_segments_gives_the_distance_never_the_optimum():
+    """Within 10% of the least peak is still wrong; the message says how far above the least and
+    in which direction to look, and names neither the best k nor its bytes (it once did)."""
+    peaks = {k: lab09.schedules.uniform(32, k).predict(P9).peak_bytes for k in range(1, 33)}
     best = min(peaks, key=peaks.get)
-    assert lab08.least_memory_segments(best, P8) == "right"
+    assert lab09.least_memory_segments(best, P9) == "right"
     for k in (10, 13, 17):  # within 10% of the least: once accepted, now wrong
         assert peaks[k] <= 1.10 * peaks[best] and peaks[k] > peaks[best]
-        verdict = lab08.least_memory_segments(k, P8)
-        assert verdict.startswith("wrong, because ") and f"k = {best}" in verdict, verdict
-        assert f"{peaks[k] / peaks[best] - 1:.0%} above the least" in verdict
+        verdict = lab09.least_memory_segments(k, P9)
+        assert verdict.startswith("wrong, because "), verdict
+        assert f"{peaks[k] / peaks[best] - 1:.1%} above the least" in verdict
+        assert f"k = {best}" not in verdict and f"{peaks[best]:,}" not in verdict, verdict
+        assert ("more segments" if k < best else "fewer segments") in verdict
 
 
 def test_softmax_intensity_blames_the_flops_not_the_bytes():
@@ -113,3 +117,44 @@ def test_tile_report_from_the_compiler_when_there_is_one():
     if not (nvrtc.backend_available("nvrtc") or nvrtc.backend_available("nvcc")):
         pytest.skip("neither NVRTC nor nvcc on this machine: " + nvrtc.INSTALL_HINT)
     assert [lab01.sgemm_tile_report(t)["smem"] for t in (8, 16, 32)] == [512, 2048, 8192]
+
+
+def test_a_compile_error_shows_the_learners_line_not_the_command_line():
+    """A missing ';' in the race fix was reported as "the emulator still reports", under g++'s
+    600-character command line; now the compiler's first error, at the learner's line, with the
+    line before it (a missing ';' is reported on the next one), in a few short lines."""
+    racy = lab01.racy_sgemm_source()
+    fix = "__syncthreads()  // forgot the semicolon"
+    verdict = lab01.race_fixed(racy.replace("// (a barrier was here)", fix))
+    lines = verdict.splitlines()
+    assert lines[0].startswith("wrong, because your kernel does not compile: line "), verdict
+    assert "expected ';'" in lines[0] and any(fix in x for x in lines[1:]), verdict
+    assert "g++" not in verdict and "-fsanitize" not in verdict and "$ " not in verdict
+    assert "still reports" not in verdict and len(lines) <= 4 and len(verdict) < 400, verdict
+    undeclared = lab01.race_fixed(racy.replace("// (a barrier was here)", "syncthreads();"))
+    assert "'syncthreads' was not declared" in undeclared and "emu_" not in undeclared
+
+
+def test_a_value_two_slips_give_gets_both_reasons():
+    """2048 at TILE = 32 is both TILE = 16's bytes and TILE = 32's floats; the floats hint used
+    to fire first, alone. At H = 2, forgetting H gives the count of multiply-adds; the message
+    said only "a multiply-add is 2 FLOPs"."""
+    verdict = lab01.sgemm_shared_bytes(2048, tile=32)
+    assert "counts floats" in verdict and "TILE = 16" in verdict, verdict
+    want = 2 * 1 * 2 * 100 * 100 * 32
+    both = lab05.recompute_flops(want // 2, B=1, H=2, N=100, d=32)
+    assert "multiply-add" in both and "one head's" in both, both
+    three = lab05.recompute_flops(2 * 3 * 100 * 100 * 32 // 3, B=1, H=3, N=100, d=32)
+    assert "one head's" in three and "multiply-add" not in three, three
+
+
+def test_a_function_that_returns_none_is_wrong_not_unanswered():
+    """A dS that computes and forgets `return` got "not answered yet"; the shipped `return ...`
+    still does."""
+    def forgot(P, dP):
+        P * (dP - (P * dP).sum(axis=1, keepdims=True))
+
+    verdict = lab03.softmax_backward(forgot)
+    assert verdict.startswith("wrong, because ") and "returned None" in verdict, verdict
+    assert lab03.softmax_backward(lambda P, dP: ...) == "not answered yet"
+    assert "returned None" in lab04.online_merge(lambda *a: None)

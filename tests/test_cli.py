@@ -90,7 +90,7 @@ def test_tour_quick_end_to_end(tmp_path):
     assert names == sorted([
         "tour_checks.csv", "tour_attention.csv", "tour_decomposition.csv", "tour_checkpoint.csv",
         "attention_memory_vs_n.png", "attention_time_vs_n.png", "attention_roofline.png",
-        "attention_memory_vs_speed.png", "attention_memory_vs_speed_bytes_vs_n.png",
+        "attention_memory_vs_speed.png", "attention_bytes_vs_n.png",
         "checkpoint_memory_trace.png", "checkpoint_pareto.png",
         "checkpoint_memory_vs_time.png"])
     for path in paths:

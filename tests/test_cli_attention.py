@@ -103,7 +103,7 @@ def test_bench_attention_causal_deterministic_odd_and_figures(tmp_path, capsys):
     and unique bytes equal their models; recompute FLOPs: none in naive, dP = dO V^T again in
     stored's atomic-free dQ kernel, and S besides in flash's; --png writes the memory-against-
     speed figure and the bytes-against-N one."""
-    path, png = tmp_path / "b.csv", tmp_path / "b.png"
+    path, png = tmp_path / "b.csv", tmp_path / "figures"
     rc, out, _ = run_cli(capsys, "bench", "attention", "--n", "33,65", "--d", "40", "--causal",
                          "--deterministic", "--csv", str(path), "--png", str(png))
     assert rc == 0 and "N method" in out and "wrote" in out
@@ -115,20 +115,28 @@ def test_bench_attention_causal_deterministic_odd_and_figures(tmp_path, capsys):
     for n in ("33", "65"):
         re = {r["impl"]: int(r["recompute_flops"]) for r in rows if r["N"] == n}
         assert re["naive"] == 0 < re["stored"] < re["flash"], re
-    for p in (png, tmp_path / "b_bytes_vs_n.png"):
+    for name in bench_attention.FIGURES:
+        p = png / name
         assert p.read_bytes().startswith(PNG_MAGIC) and p.stat().st_size > 10_000
 
 
-def test_bench_attention_png_without_a_file_writes_the_default(tmp_path, capsys, monkeypatch):
-    """`bench attention --png` as the README shows it, bare: the figures go to the current folder
-    under bench_attention.DEFAULT_PNG's name."""
+def test_png_is_a_folder_for_both_benches(tmp_path, capsys, monkeypatch):
+    """`--png` means the same for bench attention and bench checkpoint: a folder, the current one
+    when bare (bench attention took a file, bench checkpoint a folder)."""
     monkeypatch.chdir(tmp_path)
     rc, out, _ = run_cli(capsys, "bench", "attention", "--n", "32", "--d", "32", "--impl",
                          "flash,stored", "--png")
-    assert rc == 0 and f"wrote {bench_attention.DEFAULT_PNG}" in out
-    written = sorted(p.name for p in tmp_path.iterdir())
-    assert written == ["attention_memory_vs_speed.png",
-                       "attention_memory_vs_speed_bytes_vs_n.png"], written
+    assert rc == 0 and "wrote attention_memory_vs_speed.png" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(bench_attention.FIGURES)
+    rc, out, _ = run_cli(capsys, "bench", "checkpoint", "--layers", "2", "--width", "8",
+                         "--batch", "4", "--no-torch", "--repeats", "1", "--schedule",
+                         "none,sqrt", "--png", "ck")
+    assert rc == 0 and sorted(p.name for p in (tmp_path / "ck").iterdir()) == [
+        "checkpoint_memory_vs_time.png", "checkpoint_pareto.png"]
+    (tmp_path / "afile").write_text("x")
+    for bench in ("attention", "checkpoint"):  # a file is refused the same way, before work
+        rc, _, err = run_cli(capsys, "bench", bench, "--png", "afile")
+        assert rc == 2 and "--png afile: exists and is not a folder" in err, err
 
 
 def test_fig2_three_methods_counted_on_one_head(tmp_path, capsys, monkeypatch):

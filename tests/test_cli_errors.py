@@ -20,8 +20,8 @@ CK = ["bench", "checkpoint", "--layers", "2", "--width", "8", "--batch", "4", "-
 
 CASES = [  # (argv, a part of the message)
     (["bench", "attention", "--n", "64,128", "--csv", "{missing}/x.csv"], "does not exist"),
-    (["bench", "attention", "--n", "64,128", "--png", "{missing}/x.png"], "does not exist"),
-    (["bench", "attention", "--png", "{file}/x.png"], "does not exist"),
+    (["bench", "attention", "--n", "64,128", "--png", "{file}"], "exists and is not a folder"),
+    (["bench", "attention", "--png", "{file}/x"], "cannot create it"),
     ([*CK, "--schedule", "none", "--csv", "{missing}/x.csv"], "does not exist"),
     (["bench", "emu", "--csv", "{missing}/x.csv"], "does not exist"),
     (["check", "--quick", "--csv", "{missing}/x.csv"], "does not exist"),

@@ -24,7 +24,7 @@ def work(*args, **kwargs):
 
 @pytest.fixture
 def forbid_work(monkeypatch):
-    monkeypatch.setattr(bench_crossing.timemodel, "recompute_gains", work)
+    monkeypatch.setattr(bench_crossing.crossing, "recompute_gains", work)
     monkeypatch.setattr(bench_crossing, "measure_gains", work)
     monkeypatch.setattr(bench_torch, "run", work)
     monkeypatch.setattr(bench_emu, "run", work)

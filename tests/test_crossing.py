@@ -5,7 +5,7 @@ import pytest
 
 from ckptlab.cli import main as cli
 from ckptlab.kernels import archs
-from ckptlab.measure import roofline, timemodel, traffic, whatif
+from ckptlab.measure import crossing, roofline, timemodel, traffic, whatif
 
 SIZE = dict(N=4096, B=1, H=16)
 
@@ -16,42 +16,42 @@ def test_rule_of_thumb_by_hand():
     # tensor-core stored kernel keeps S in fp32). For R/2 < d < R: 4 R + 8 d > 14 d while
     # d < 2 R / 3. One roofline over everything (perfect overlap): 8 R > 14 d, d < 4 R / 7.
     # A100 fp32, R = 19.5e12 / 2.039e12 = 9.5635; H200 bf16, R = 989.5e12 / 4.8e12 = 206.15.
-    assert timemodel.rule_of_thumb("a100", "fp32") == pytest.approx(2 * 9.56351 / 3, rel=1e-5)
-    assert timemodel.rule_of_thumb("h200", "bf16") == pytest.approx(2 * 206.146 / 3, rel=1e-5)
-    assert timemodel.rule_of_thumb("h200", "bf16", overlap=True) == pytest.approx(
+    assert crossing.rule_of_thumb("a100", "fp32") == pytest.approx(2 * 9.56351 / 3, rel=1e-5)
+    assert crossing.rule_of_thumb("h200", "bf16") == pytest.approx(2 * 206.146 / 3, rel=1e-5)
+    assert crossing.rule_of_thumb("h200", "bf16", overlap=True) == pytest.approx(
         4 * 206.146 / 7, rel=1e-5)
     # deterministic dQ: S read again (12 bytes), 18 d FLOPs: 2 R / 3 in both forms
     for overlap in (False, True):
-        assert timemodel.rule_of_thumb("h200", "bf16", deterministic=True,
+        assert crossing.rule_of_thumb("h200", "bf16", deterministic=True,
                                        overlap=overlap) == pytest.approx(2 * 206.146 / 3, rel=1e-5)
     # a 16-bit P (what-if): 2 + 2 bytes, max(4 d, 2 R) + max(8 d, 2 R): d < R / 3; 51 on an A100
-    assert timemodel.rule_of_thumb("a100", "bf16", score_bytes=2) == pytest.approx(
+    assert crossing.rule_of_thumb("a100", "bf16", score_bytes=2) == pytest.approx(
         312e12 / 2039e9 / 3, rel=1e-5)
-    assert timemodel.rule_fraction("bf16", overlap=True, score_bytes=2) == pytest.approx(2 / 7)
+    assert crossing.rule_fraction("bf16", overlap=True, score_bytes=2) == pytest.approx(2 / 7)
     for dtype in ("fp32", "bf16"):
-        assert timemodel.per_pair(dtype) == dict(s_bytes=8, stored_flops_per_d=12,
+        assert crossing.per_pair(dtype) == dict(s_bytes=8, stored_flops_per_d=12,
                                                  flash_flops_per_d=14)
-        assert timemodel.stored_launches_per_pair(dtype) == [(4, 4), (8, 4)]
+        assert crossing.stored_launches_per_pair(dtype) == [(4, 4), (8, 4)]
 
 
 def test_crossing_fraction_solves_the_sum_of_maxima():
     """The root of sum max(f_i c, s_i) = F c, checked against a fine scan of the two sides."""
     for launches, F in [([(4, 4), (8, 4)], 14), ([(4, 4), (6, 4), (4, 4)], 18),
                         ([(1, 3), (5, 0.5), (2, 2)], 11), ([(3, 1)], 5)]:
-        c = roofline.crossing_fraction(launches, F)
+        c = crossing.crossing_fraction(launches, F)
         def side(x, launches=launches, F=F):
             return sum(max(f * x, s) for f, s in launches) - F * x
 
         assert side(c) == pytest.approx(0, abs=1e-12)
         assert side(c * 0.999) > 0 > side(c * 1.001)
-    assert roofline.crossing_fraction([(8, 4), (6, 4)], 14) == float("inf")
+    assert crossing.crossing_fraction([(8, 4), (6, 4)], 14) == float("inf")
 
 
 def rules_agree_with_the_sweep(gpus, ds):
     """Every swept d below the printed rule (2 R / 3) has a modeled gain above 1 at the
     unique-bytes bound, every d above it a gain below 1; the same for the 16-bit-P what-if
     against its rule, R / 3."""
-    rows = whatif.add_p16_gains(timemodel.recompute_gains(gpus, ["fp32", "bf16"], ds, **SIZE))
+    rows = whatif.add_p16_gains(crossing.recompute_gains(gpus, ["fp32", "bf16"], ds, **SIZE))
     assert {(r["gpu"], r["dtype"]) for r in rows} == {  # no rows where a GPU lacks the dtype
         (roofline.spec(g)["name"], t) for g in gpus for t in ("fp32", "bf16")
         if not archs.dtype_refusal(t, roofline.spec(g)["arch"])}
@@ -94,10 +94,10 @@ def test_the_rule_agrees_with_the_crossing_sweep_everywhere():
 def test_crossings_pick_the_first_d_below_one():
     rows = [dict(gpu="g", dtype="fp32", d=d, gain_unique=u, gain_counted=c)
             for d, u, c in [(16, 1.5, 2.0), (64, 0.9, 1.1), (32, 1.2, 0.95), (128, 0.8, 1.2)]]
-    assert timemodel.crossings(rows) == {("g", "fp32"): 64}
-    assert timemodel.crossings(rows, "gain_counted") == {("g", "fp32"): 32}
+    assert crossing.crossings(rows) == {("g", "fp32"): 64}
+    assert crossing.crossings(rows, "gain_counted") == {("g", "fp32"): 32}
     never = [dict(r, gain_unique=2.0) for r in rows]
-    assert timemodel.crossings(never) == {("g", "fp32"): None}
+    assert crossing.crossings(never) == {("g", "fp32"): None}
 
 
 def test_decomposition_multiplies_out():
@@ -131,7 +131,7 @@ def test_modeled_times_decompose_and_bracket(dtype):
 def test_fp32_is_compute_bound_so_recompute_costs_on_an_a100():
     """Past the rule's d (6.4 on an A100 in fp32) both methods are compute-bound at large N and
     the gain tends to 12 d / 14 d = 0.857 at the unique-bytes bound."""
-    rows = timemodel.recompute_gains(["a100"], ["fp32"], [64], **SIZE)
+    rows = crossing.recompute_gains(["a100"], ["fp32"], [64], **SIZE)
     assert rows[0]["gain_unique"] == pytest.approx(12 / 14, abs=0.02)
     assert rows[0]["source"] == "modeled"
 
@@ -203,5 +203,5 @@ def test_bench_crossing_skips_the_head_dim_an_arch_cannot_run_not_the_dtype(tmp_
     rows = list(csv.DictReader(open(path)))
     assert sorted((r["gpu"], int(r["d"])) for r in rows) == [
         ("A100-SXM4-80GB", 64), ("A100-SXM4-80GB", 256), ("T4", 64)]
-    assert timemodel.pair_refusal("T4", "fp16", 64, N=256) is None
-    assert "sm_80" in timemodel.pair_refusal("T4", "bf16", 64, N=256)
+    assert crossing.pair_refusal("T4", "fp16", 64, N=256) is None
+    assert "sm_80" in crossing.pair_refusal("T4", "bf16", 64, N=256)

@@ -11,14 +11,14 @@ from ckptlab.recompute import schedules
 MIB = 2**20
 
 
-def lab09_points():
-    """The points lab 09 draws: its GPT's profile, every schedule and the DP at five budgets."""
+def lab10_points():
+    """The points lab 10 draws: its GPT's profile, every schedule and the DP at five budgets."""
     import importlib.util
     from pathlib import Path
 
     path = Path(__file__).resolve().parent.parent / "labs" / "solutions" / \
-        "09_schedules_and_budgets.py"
-    spec = importlib.util.spec_from_file_location("sol08", path)
+        "10_schedules_and_budgets.py"
+    spec = importlib.util.spec_from_file_location("sol10", path)
     sol = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sol)
     prof = sol.notebook_profile()
@@ -54,9 +54,9 @@ def test_the_check_sees_overlaps_and_clipping():
     assert "'revolve(2)' leaves the axes" in problems
 
 
-@pytest.mark.parametrize("points", [CROWDED, "lab09"], ids=["crowded", "lab09"])
+@pytest.mark.parametrize("points", [CROWDED, "lab10"], ids=["crowded", "lab10"])
 def test_pareto_labels_neither_overlap_nor_clip(points, tmp_path):
-    points = lab09_points() if points == "lab09" else points
+    points = lab10_points() if points == "lab10" else points
     fig = plots.plot_pareto(points, path=tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 5000
     assert figure.label_problems(fig) == []
@@ -102,14 +102,80 @@ def test_memory_vs_time_frontier_only_where_the_iqrs_separate():
     assert plots.pareto_front([(p["seconds"], p["peak_bytes"]) for p in pts]) == [0, 1, 2, 4]
     fig = plots.plot_memory_vs_time(pts, device="cpu")
     ax = fig.axes[0]
-    # one step only: none (55-65 ms) -> every(1) is not consecutive; none -> every(2) overlaps
-    # nothing (65 < 86), every(2) -> near/every(1) overlap: the only resolved step is the first
-    steps = [np.round(np.asarray(line.get_xdata(), dtype=float), 3).tolist()
-             for line in ax.lines if line.get_drawstyle() == "steps-post"]
-    assert steps == [[60.0, 120.0]], steps
-    assert "Pareto frontier (IQRs apart)" in [t.get_text() for t in
-                                                           ax.get_legend().get_texts()]
+    # the line runs through every point of the medians' front, none -> every(2) -> near ->
+    # every(1): solid where the IQRs are apart (65 < 86 ms), dotted where they overlap
+    steps = [(np.round(np.asarray(line.get_xdata(), dtype=float), 3).tolist(),
+              line.get_linestyle()) for line in ax.lines if line.get_drawstyle() == "steps-post"]
+    assert steps == [([60.0, 120.0], "-"), ([120.0, 149.0], ":"), ([149.0, 150.0], ":")], steps
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "Pareto frontier (medians; IQRs apart)" in legend
+    assert "its order within the noise (IQRs overlap)" in legend
+    assert "no fastest beyond the noise" not in fig.axes[0].get_title()  # none's IQR is apart
+    assert "none is fastest" in fig.axes[0].get_title().replace("\n", " ")
     assert figure.label_problems(fig) == []
+
+
+def test_the_frontier_skips_no_pareto_point_and_names_a_fastest_only_apart():
+    """Lab 10's measured step times: a frontier line that left out a Pareto point (its IQR
+    overlapped a neighbour's) and a title naming a 'fastest' schedule whose IQR overlapped the
+    next one's, so that two runs named two different ones."""
+    MS = 1e-3
+    pts = [dict(name="none", peak_bytes=40 * MIB, seconds=26 * MS, q1_s=25 * MS, q3_s=28 * MS),
+           dict(name="recompute(attn)", peak_bytes=36 * MIB, seconds=27 * MS, q1_s=25.5 * MS,
+                q3_s=28.5 * MS),
+           dict(name="optimal(40%)", peak_bytes=12 * MIB, seconds=36 * MS, q1_s=34 * MS,
+                q3_s=38 * MS),
+           dict(name="sqrt", peak_bytes=15 * MIB, seconds=38 * MS, q1_s=37 * MS, q3_s=40 * MS),
+           dict(name="revolve(2)", peak_bytes=6 * MIB, seconds=49 * MS, q1_s=47 * MS,
+                q3_s=51 * MS)]
+    fig = plots.plot_memory_vs_time(pts, device="cpu")
+    ax = fig.axes[0]
+    through = {round(x, 3) for line in ax.lines if line.get_drawstyle() == "steps-post"
+               for x in np.asarray(line.get_xdata(), dtype=float)}
+    front = plots.pareto_front([(p["seconds"] / MS, p["peak_bytes"]) for p in pts])
+    assert through == {round(pts[i]["seconds"] / MS, 3) for i in front} == {26, 27, 36, 49}
+    title = ax.get_title().replace("\n", " ")
+    assert "no fastest beyond the noise: none, recompute(attn)" in title, title
+
+
+def test_a_weakly_dominated_point_is_not_drawn_pareto_optimal():
+    """Lab 13's offload figure: keeping everything (256 GiB) takes as long as offloading over
+    NVLink-C2C (10 GiB): it is beaten, weakly, and must be grey, off the frontier."""
+    fig = plots.plot_memory_vs_time(OFFLOAD, device="H100 (modeled)", log_memory=True)
+    ax = fig.axes[0]
+    lo = hi = [p["seconds"] for p in OFFLOAD]
+    front = plots.pareto_front_with_spread(lo, hi, [p["peak_bytes"] for p in OFFLOAD])
+    names = [OFFLOAD[i]["name"] for i in front]
+    assert "recompute none" not in names and "offload, C2C" in names, names
+    from matplotlib.colors import to_rgb
+
+    drawn = {(round(float(np.ravel(line.get_xdata())[0]), 2),
+              round(float(np.ravel(line.get_ydata())[0]), 1)): to_rgb(line.get_color())
+             for line in ax.lines if line.get_marker() == "o" and len(np.ravel(line.get_xdata()))}
+    assert drawn[2.22, 256.5] == to_rgb("0.6"), drawn  # recompute none: grey
+    assert drawn[2.22, 9.8] == to_rgb("C0")  # offload over C2C: on the frontier
+    assert drawn[8.59, 9.8] == to_rgb("0.6")  # over PCIe 5: full recompute beats it
+
+
+def test_checkpointing_faster_than_none_says_why():
+    """bench checkpoint measured optimal(40%) faster than none, IQRs apart, and greyed none
+    out with no word of why: the note names the allocator's peaks, or load."""
+    from ckptlab.measure import tradeoff
+
+    MS = 1e-3
+    base = dict(name="none", peak_bytes=40 * MIB, seconds=30 * MS, q1_s=29 * MS, q3_s=31 * MS,
+                alloc_bytes=90 * MIB)
+    quick = dict(name="optimal(40%)", peak_bytes=16 * MIB, seconds=25 * MS, q1_s=24 * MS,
+                 q3_s=26 * MS, alloc_bytes=50 * MIB)
+    note = tradeoff.faster_than_baseline([base, quick])
+    assert "optimal(40%) measured faster than none" in note and "50 MiB" in note and \
+        "90 MiB" in note and "allocate" in note, note
+    assert "likely load" in tradeoff.faster_than_baseline([base, dict(quick, alloc_bytes=95 * MIB)])
+    assert "likely load" in tradeoff.faster_than_baseline(
+        [{k: v for k, v in p.items() if k != "alloc_bytes"} for p in (base, quick)])
+    assert tradeoff.faster_than_baseline([base, dict(quick, q3_s=29.5 * MS)]) == ""  # overlap
+    fig = plots.plot_memory_vs_time([base, quick], device="cpu")
+    assert "measured faster than none" in fig.axes[0].get_title().replace("\n", " ")
 
 
 def test_roofline_legend_lists_only_what_is_drawn():
@@ -145,7 +211,7 @@ def test_units_are_micro_seconds_and_mebibytes_with_plain_ticks():
     assert fmt_bytes(48.5 * MIB) == "48.5 MiB" and fmt_seconds(3e-6) == "3 µs"
 
 
-# GPT-3 175B on an H100 as lab 12 draws it (held GiB, modeled step s): points far apart on a log
+# GPT-3 175B on an H100 as lab 13 draws it (held GiB, modeled step s): points far apart on a log
 # axis, three at nearly the same time, under a two-line title.
 GIB = 2**30
 OFFLOAD = [dict(name="recompute none", peak_bytes=256.5 * GIB, seconds=2.220),
@@ -185,7 +251,7 @@ def test_leader_lines_end_at_their_points():
 
 
 def test_gain_bands_are_in_the_legend():
-    """Lab 10's recompute gain against d: each shaded band (unique to counted bytes) is named
+    """Lab 08's recompute gain against d: each shaded band (unique to counted bytes) is named
     in the legend beside its line."""
     ds = [16, 32, 64, 128]
     gains = {"A100 fp32": ([0.83, 0.86, 0.86, 0.86], [0.83, 0.86, 0.86, 1.0]),
@@ -200,3 +266,31 @@ def test_gain_bands_are_in_the_legend():
     assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "32", "64", "128"]
     with pytest.raises(ValueError, match="expected 4 values"):
         plots.plot_gain_vs_d(ds, {"x": ([1, 2], [1, 2])})
+
+
+def test_gain_figure_marks_each_rule_where_its_line_crosses_one():
+    """Lab 08's figure: bf16 on an A100 and fp32 on an L4 (modeled), each with its rule 2 R / 3
+    drawn in its colour; the modeled gain is above 1 at the head dim below the rule and below 1
+    at the one above, so the reader sees the line cross where the rule says."""
+    from ckptlab.measure import crossing
+
+    ds = (32, 64, 96, 128)
+    gains, rules = {}, {}
+    for gpu, dtype in (("A100", "bf16"), ("L4", "fp32")):
+        rows = sorted(crossing.recompute_gains([gpu], [dtype], ds, N=4096, B=1, H=16),
+                      key=lambda r: r["d"])
+        label = f"{gpu} {dtype}"
+        gains[label] = ([r["gain_unique"] for r in rows], [r["gain_counted"] for r in rows])
+        rules[label] = rows[0]["rule_of_thumb_d"]
+        below = max(d for d in ds if d < rules[label])
+        above = min(d for d in ds if d > rules[label])
+        g = dict(zip(ds, gains[label][0], strict=True))
+        assert g[below] > 1 > g[above], (label, rules[label], g)
+    fig = plots.plot_gain_vs_d(ds, gains, rules=rules)
+    ax = fig.axes[0]
+    verticals = {round(float(line.get_xdata()[0]), 1): line.get_label() for line in ax.lines
+                 if len(set(np.ravel(line.get_xdata()))) == 1}
+    assert sorted(verticals) == sorted(round(r, 1) for r in rules.values()), verticals
+    assert all("2 R / 3" in label for label in verticals.values())
+    with pytest.raises(ValueError, match="no gains"):
+        plots.plot_gain_vs_d(ds, gains, rules={"H100 bf16": 197.0})

@@ -1,4 +1,4 @@
-"""Lab 10 (tensor cores) on a T4, without one: a T4 (sm_75) has float16 tensor cores but no
+"""Lab 07 (tensor cores) on a T4, without one: a T4 (sm_75) has float16 tensor cores but no
 bfloat16 or tf32 wmma. The lab picks its 16-bit type through archs.tc_dtype(current_arch()),
 loads wmma_gemm for that one type (ckptlab.kernels.wmma), and labels what it runs by the type
 that ran. Here the arch is forced to sm_75 (archs.current_arch patched, as tests/test_archs.py
@@ -16,7 +16,7 @@ from ckptlab.kernels import archs, wmma
 
 nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (requirements-dev)")
 
-LAB = Path(__file__).resolve().parent.parent / "labs" / "10_tensor_cores.ipynb"
+LAB = Path(__file__).resolve().parent.parent / "labs" / "07_tensor_cores.ipynb"
 REFUSED_ON_A_T4 = re.compile(r"__nv_bfloat16|wmma_gemm<float>")
 
 
@@ -60,7 +60,7 @@ def test_the_gemm_on_newer_arches_and_bad_types(monkeypatch):
     assert archs.tc_dtype("sm_100") == "bfloat16"  # an arch newer than the table
 
 
-def test_lab10_takes_its_16bit_type_from_the_arch():
+def test_lab07_takes_its_16bit_type_from_the_arch():
     """The notebook names no 16-bit type where the arch decides it: no wmma instantiation, no
     cast to bfloat16 and no 'bf16' label outside the modeled tables of named GPUs."""
     code = "\n".join(c.source for c in nbformat.read(LAB, as_version=4).cells
@@ -72,7 +72,7 @@ def test_lab10_takes_its_16bit_type_from_the_arch():
 
 
 @pytest.mark.notebooks
-def test_lab10_runs_as_on_a_t4(monkeypatch):
+def test_lab07_runs_as_on_a_t4(monkeypatch):
     """The whole notebook on the emulator with the GPU seen as a T4: it runs, asks for no bf16 or
     tf32 kernel, and its rows say fp16 where fp16 ran."""
     NotebookClient = pytest.importorskip("nbclient").NotebookClient  # noqa: N806

@@ -50,7 +50,7 @@ def test_gpu_is_the_default_on_cuda(monkeypatch):
     assert sizes.pick(small=1, large=2) == 2  # gpu defaults to large
 
 
-@pytest.mark.parametrize("lab", ["01", "02", "03", "04", "06", "07", "08"])
+@pytest.mark.parametrize("lab", ["01", "02", "03", "04", "05", "06", "07", "08", "09", "10"])
 def test_each_lab_takes_its_sizes_from_the_knob(lab):
     nbformat = pytest.importorskip("nbformat", reason="reading the notebooks needs nbformat")
     (path,) = LABS.glob(f"{lab}_*.ipynb")

@@ -13,7 +13,7 @@ import pytest
 nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (requirements-dev)")
 
 LABS = Path(__file__).resolve().parent.parent / "labs"
-NOTEBOOKS = sorted(LABS.glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted([*LABS.glob("[0-9][0-9]_*.ipynb"), *LABS.glob("A[0-9]_*.ipynb")])
 PLOTTING = re.compile(r"(?<![\w.])(?:\w+\.)*(plot_\w+|Figure)\(")
 
 
@@ -75,7 +75,7 @@ def test_every_figure_is_shown(path):
 
 
 def test_the_check_can_fail():
-    """Lab 07's old cell: the figure returned inside an if/else is never displayed."""
+    """Lab 06's old cell: the figure returned inside an if/else is never displayed."""
     assert unshown_figures("if a:\n    plots.plot_time_vs_n(n, s)\nelse:\n"
                            "    plots.plot_time_vs_n(n, s, title='t')\n") == [2, 4]
     assert unshown_figures("fig = plots.plot_x(1)\nx = 2\n") == [1]

@@ -24,7 +24,7 @@ nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (re
 
 ROOT = Path(__file__).resolve().parent.parent
 LABS = ROOT / "labs"
-NOTEBOOKS = sorted(LABS.glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted([*LABS.glob("[0-9][0-9]_*.ipynb"), *LABS.glob("A[0-9]_*.ipynb")])
 DOTTED = re.compile(r"(?<![\w./-])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?![\w/-])")
 PATH = re.compile(r"(?<![\w./*-])((?:[\w*-]+/)+[\w.*-]*|[\w*-]+\.(?:py|cu|cuh|ipynb|md|toml))"
                   r"(?![\w/*-])")

@@ -19,21 +19,30 @@ import pytest
 nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (requirements-dev)")
 
 LABS = Path(__file__).resolve().parent.parent / "labs"
-NOTEBOOKS = sorted(LABS.glob("[0-9][0-9]_*.ipynb"))
+MAIN_LINE = sorted(LABS.glob("[0-9][0-9]_*.ipynb"))
+APPENDICES = sorted(LABS.glob("A[0-9]_*.ipynb"))  # off the main line: A1, ...
+NOTEBOOKS = MAIN_LINE + APPENDICES
 BUDGET_S = 60.0
 PLOTTING = re.compile(r"(?<![\w.])(?:\w+\.)*(plot_\w+|Figure|subplots)\(")
 
 
 def test_the_labs_are_numbered_and_listed():
-    """Labs 01-12, one notebook per number, each with a line in the README's table and in
-    labs/README.md's."""
+    """Labs 01-14 and the appendix A1, one notebook per number, each with a line in the
+    README's table and in labs/README.md's."""
     numbers = [p.name[:2] for p in NOTEBOOKS]
     assert len(set(numbers)) == len(numbers), NOTEBOOKS
-    assert {f"{i:02d}" for i in range(1, 13)} <= set(numbers), NOTEBOOKS
+    assert [p.name[:2] for p in MAIN_LINE] == [f"{i:02d}" for i in range(1, 15)], MAIN_LINE
+    assert [p.name[:2] for p in APPENDICES] == ["A1"], APPENDICES
     for readme in (LABS.parent / "README.md", LABS / "README.md"):
         text = readme.read_text()
         missing = [p.name for p in NOTEBOOKS if f"| `{p.name}` |" not in text]
         assert not missing, f"{readme.name} has no table line for {missing}"
+
+
+def checker_module(path) -> str:
+    """The notebook's checkers: ckptlab.exercises.lab01 for 01_*.ipynb, appendix_a1 for A1_*."""
+    tag = path.name[:2]
+    return f"lab{tag}" if tag.isdigit() else f"appendix_{tag.lower()}"
 
 
 def needs_torch(path) -> list:
@@ -68,8 +77,7 @@ def test_stored_without_outputs(path):
 def test_has_two_checked_exercises(path):
     code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells
                      if c.cell_type == "code")
-    lab = path.name[:2]
-    assert f"from ckptlab.exercises import lab{lab} as exercise" in code
+    assert f"from ckptlab.exercises import {checker_module(path)} as exercise" in code
     assert len(set(re.findall(r"\bexercise\.(\w+)\(", code))) >= 2
     assert "labs.solutions" not in code and "solutions/" not in code  # never the answers
 
@@ -165,3 +173,18 @@ def test_worked_solutions_are_right_in_the_notebook(path, monkeypatch):
         shown = "".join(o.get("data", {}).get("text/plain", "") + o.get("text", "")
                         for o in nb.cells[k + 1].outputs)
         assert shown.strip() == "right", f"cell {k}: {nb.cells[k + 1].source!r} -> {shown!r}"
+
+
+SECTIONS = [r"Motivation", r".+", r"Check", r"Measure|Count", r"What it means"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_sections_in_the_labs_order(path):
+    """Every lab's numbered sections open with motivation, the kernel (or the idea), check it,
+    measure it, what it means, in that order (a lab may add sections after them)."""
+    heads = [m.group(1) for c in nbformat.read(path, as_version=4).cells
+             if c.cell_type == "markdown"
+             for m in re.finditer(r"^## \d+\. (.+)$", c.source, flags=re.M)]
+    assert len(heads) >= len(SECTIONS), heads
+    for want, got in zip(SECTIONS, heads, strict=False):
+        assert re.match(want, got), f"{path.name}: expected a section like {want!r}, got {got!r}"

@@ -144,7 +144,13 @@ def test_memory_trace(tmp_path):
     assert len(lines) == 2 and not any(same_color(c, p) for c in lines
                                        for p in plots.PHASE_COLOR.values()), lines
     fig = plots.plot_memory_trace({"sqrt(L)": ckpt}, phases)
-    assert _title(fig) == "sqrt(L) peaks at 3 MiB at step 4, during recompute"
+    assert _title(fig) == "sqrt(L) peaks at 3 MiB at event 4, during the recompute"
+    # on the FLOP clock the title says the peak in work done, the figure's own x axis (it said
+    # "step 129" under an axis of MFLOPs)
+    clock = [k * 1e6 for k in range(len(ckpt))]
+    fig = plots.plot_memory_trace({"sqrt(L)": ckpt}, phases, clocks={"sqrt(L)": clock})
+    assert _title(fig) == "sqrt(L) peaks at 3 MiB after 4 MFLOP of work, during the recompute"
+    assert "step" not in _title(fig)
     with pytest.raises(ValueError, match="phases"):
         plots.plot_memory_trace({"sqrt(L)": ckpt}, [(0, 11, "forward")])
     with pytest.raises(ValueError, match="kind"):

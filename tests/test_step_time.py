@@ -5,7 +5,7 @@ the lab's time model (so FlashAttention wins below d = 2R/3), and bad input refu
 
 import pytest
 
-from ckptlab.measure import roofline, step_time, timemodel
+from ckptlab.measure import crossing, roofline, step_time, timemodel
 from ckptlab.measure import step_memory as sm
 
 A100 = "A100-SXM4-80GB"
@@ -159,7 +159,7 @@ def test_flash_wins_below_two_thirds_of_the_ridge():
     """GPT-2 small on an RTX 4090, d = 64 below the lab's 2R/3 (109 in bf16): the time model's
     FlashAttention is faster than standard attention, as the rule says."""
     gpt2 = sm.GPTShape(12, 768, 12, 1024, 50304)
-    assert 64 < timemodel.rule_of_thumb("4090", "bf16")
+    assert 64 < crossing.rule_of_thumb("4090", "bf16")
     t = {r: step_time.step_time(gpt2, sm.Layout(micro_batch=16), "4090", "bf16", r).step_s
          for r in ("none", "flash", "selective")}
     assert t["flash"] < t["none"] < t["selective"]

@@ -216,3 +216,30 @@ def test_the_output_says_where_resources_come_from(monkeypatch):
     finally:
         occupancy.resources.cache_clear()
         occupancy._compiled.cache_clear()
+
+
+def test_the_forward_and_backward_parts_add_up_to_the_whole():
+    """method_time(part=...): the forward's launches and the backward's, each alone, sum to
+    forward + backward at both bounds (lab 06 times the backward alone, atomic and
+    deterministic dQ, with the same model as labs 05 and 08)."""
+    for method, det in (("flash", False), ("flash", True), ("stored", False), ("naive", False)):
+        kw = dict(deterministic=det)
+        whole = timemodel.method_time(method, 1, 16, 1024, 1024, 32, "A100", **kw)
+        fwd = timemodel.method_time(method, 1, 16, 1024, 1024, 32, "A100", part="forward", **kw)
+        bwd = timemodel.method_time(method, 1, 16, 1024, 1024, 32, "A100", part="backward", **kw)
+        assert fwd.lower + bwd.lower == pytest.approx(whole.lower, rel=1e-12)
+        assert fwd.upper + bwd.upper == pytest.approx(whole.upper, rel=1e-12)
+        assert all("_bwd" in x.kernel for x in bwd.launches["counted"])
+        assert not any("_bwd" in x.kernel for x in fwd.launches["counted"])
+    with pytest.raises(ValueError, match="part"):
+        timemodel.method_time("flash", 1, 1, 64, 64, 32, "A100", part="dq")
+
+
+def test_lab06_times_its_kernels_with_the_labs_time_model():
+    """Lab 06 priced the backward with one roofline over its totals (no launch cost, no waves),
+    another model than labs 05 and 08's, without saying so."""
+    from lab_cells import code_cell
+
+    cell = code_cell("06", "# The cost against N, the backward alone")
+    assert "timemodel.method_time(" in cell and 'part="backward"' in cell
+    assert "roofline.modeled_time(" not in cell

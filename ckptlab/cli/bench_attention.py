@@ -17,9 +17,12 @@ recomputed from L). One row per (method, N): forward + backward of one attention
     gains       per N: fusion gain = naive / stored, recompute gain = stored / flash, product =
                 naive / flash, for bytes, saved bytes, FLOPs and times (> 1: the second is cheaper)
 
---png [FILE] draws memory against speed (saved bytes against time per method, beside saved bytes
-against FLOPs) at the largest N, and FILE's stem + "_bytes_vs_n.png" the bytes against N; FILE
-is attention_memory_vs_speed.png in the current folder when not given.
+--png [DIR] draws into the folder DIR (the current one when not given), as bench checkpoint's
+--png does: attention_memory_vs_speed.png, memory against speed where the bargain holds (saved
+bytes against modeled time at a size where every launch fills the GPU's waves and S exceeds the
+L2: ckptlab.measure.memory_speed), beside the model's check at the sizes that ran (counted
+against modeled bytes on the emulator, measured against modeled time on a GPU); and
+attention_bytes_vs_n.png, the bytes against N.
 """
 
 from __future__ import annotations
@@ -38,9 +41,10 @@ from ckptlab.cli.report import (
     int_list,
     positive_int,
     writable_file,
+    writable_folder,
     write_csv,
 )
-from ckptlab.measure import roofline, timemodel, traffic
+from ckptlab.measure import memory_speed, roofline, timemodel, traffic
 
 IMPLS = timemodel.CHAIN  # naive, stored, flash
 DEFAULT_GPUS = ("A100-SXM4-80GB", "H200-SXM-141GB")
@@ -136,14 +140,15 @@ def sweep(ns, impls=IMPLS, *, B=1, H=1, d=64, causal=False, deterministic=False,
 # ---------------------------------------------------------------- the decomposition
 
 
-def quantities(rows: list[dict]) -> dict:
-    """What the gains are taken of: label -> row key (those every row has)."""
+def quantities(rows: list[dict], modeled_times: bool = True) -> dict:
+    """What the gains are taken of: label -> row key (those every row has); without the modeled
+    times when modeled_times is False."""
     r0 = rows[0]
     q = {"counted bytes": "counted_bytes", "unique bytes": "unique_bytes",
          "saved for backward": "saved_bytes", "hardware FLOPs": "hardware_flops"}
     if "measured_bytes" in r0:
         q["measured bytes (ncu)"] = "measured_bytes"
-    for gpu in r0["modeled_gpus"].split(","):
+    for gpu in r0["modeled_gpus"].split(",") if modeled_times else ():
         q[f"{short(gpu)} modeled time, lower"] = f"{short(gpu)}_lo_s"
         q[f"{short(gpu)} modeled time, upper"] = f"{short(gpu)}_hi_s"
     if "time_s" in r0:
@@ -151,7 +156,7 @@ def quantities(rows: list[dict]) -> dict:
     return q
 
 
-def decompose(rows: list[dict]) -> list[dict]:
+def decompose(rows: list[dict], modeled_times: bool = True) -> list[dict]:
     """Per N with all three methods, per quantity: the three values and the fusion, recompute
     and product gains (timemodel.decomposition)."""
     out = []
@@ -159,7 +164,7 @@ def decompose(rows: list[dict]) -> list[dict]:
         by = {r["impl"]: r for r in rows if r["N"] == n}
         if not all(m in by for m in IMPLS):
             continue
-        for label, key in quantities(rows).items():
+        for label, key in quantities(rows, modeled_times).items():
             values = {m: by[m][key] for m in IMPLS}
             out.append(dict(N=n, quantity=label, **values, **timemodel.decomposition(values)))
     return out
@@ -196,10 +201,12 @@ def _span(lo, hi) -> str:
     return f"{fmt_seconds(lo)}-{fmt_seconds(hi)}"
 
 
-def format_table(rows: list[dict]) -> str:
-    """The sweep as text: one line per (N, method), then the gains per N, then what they mean."""
+def format_table(rows: list[dict], modeled_times: bool = True) -> str:
+    """The sweep as text: one line per (N, method), then the gains per N, then what they mean.
+    modeled_times=False leaves out the modeled times (at toy sizes mostly launch costs: a lab
+    that counts bytes prints them without)."""
     r0 = rows[0]
-    gpus = [short(g) for g in r0["modeled_gpus"].split(",")]
+    gpus = [short(g) for g in r0["modeled_gpus"].split(",")] if modeled_times else []
     measured = "measured_bytes" in r0
     head = (f"{'N':>6} {'method':<8}{'model GFLOP':>12}{'hw GFLOP':>10}"
             f"{'counted B':>12}{'unique B':>12}" + (f"{'ncu B':>12}" if measured else "")
@@ -217,7 +224,7 @@ def format_table(rows: list[dict]) -> str:
         if "time_s" in r:
             line += (f"{fmt_seconds(r['time_s']):>12} ({_span(r['time_p10_s'], r['time_p90_s'])})")
         out.append(line)
-    gains = decompose(rows)
+    gains = decompose(rows, modeled_times)
     for n in dict.fromkeys(g["N"] for g in gains):
         out.append(f"\nN={n}: gains (> 1: the second method is cheaper)"
                    f"{'fusion naive/stored':>24}{'recompute stored/flash':>25}"
@@ -232,8 +239,9 @@ def format_table(rows: list[dict]) -> str:
     out += [f"forward + backward, {shape}, fp32 kernels on target {r0['target']!r}; bytes "
             f"{counted}" + ("; ncu B: measured by Nsight Compute" if measured else ""),
             BYTES_NOTE + ("" if measured else "; on a GPU, --ncu measures them"),
-            *(f"{k}: {v}" for k, v in timemodel.WHAT_DIFFERS.items()),
-            model_note(rows)]
+            *(f"{k}: {v}" for k, v in timemodel.WHAT_DIFFERS.items())]
+    if modeled_times:
+        out.append(model_note(rows))
     return "\n".join(out)
 
 
@@ -254,20 +262,6 @@ def model_note(rows: list[dict]) -> str:
                "not a prediction" if small else ""))
 
 
-def memory_speed_points(rows: list[dict]) -> list[dict]:
-    """One point per method at the largest N: saved bytes, hardware FLOPs and every time."""
-    big = max(r["N"] for r in rows)
-    points = []
-    for r in (r for r in rows if r["N"] == big):
-        times = {f"{short(g)} (modeled)": (r[f"{short(g)}_lo_s"], r[f"{short(g)}_hi_s"])
-                 for g in r["modeled_gpus"].split(",")}
-        if "time_s" in r:
-            times["measured"] = (r["time_p10_s"], r["time_s"], r["time_p90_s"])
-        points.append(dict(name=r["impl"], memory_bytes=r["saved_bytes"],
-                           flops=r["hardware_flops"], times=times))
-    return points
-
-
 def bytes_by_source(rows: list[dict]) -> dict:
     """{method: {source: bytes per N}} for plots.plot_bytes_vs_n (None where a source is
     absent)."""
@@ -281,25 +275,59 @@ def bytes_by_source(rows: list[dict]) -> dict:
     return out
 
 
-DEFAULT_PNG = "attention_memory_vs_speed.png"  # --png without a FILE
+FIGURES = ("attention_memory_vs_speed.png", "attention_bytes_vs_n.png")  # what --png DIR holds
 
 
-def figures(rows: list[dict], path) -> list[Path]:
-    """Memory against speed (and FLOPs) at the largest N to `path`; bytes against N beside it."""
-    from ckptlab.measure import plots, tradeoff_plots
-
-    path = Path(path)
-    big = max(r["N"] for r in rows)
-    bytes_path = bytes_figure(path)
+def at_scale(rows: list[dict]) -> tuple[int, int, int, bool]:
+    """(B, H, N, own) of the memory-against-speed figure: the run's own size (own = True) when
+    its largest N fills every launch's waves and exceeds the L2 on every modeled GPU, else the
+    size memory_speed.at_scale_size picks (B = 1, H = 16, N >= 4096), modeled."""
     r0 = rows[0]
-    tradeoff_plots.plot_memory_vs_speed(
-        memory_speed_points(rows), path=path,
-        title=f"naive, stored, flash at N={big}, B={r0['B']} H={r0['H']} d={r0['d']}: memory "
-              "held for the backward against time (modeled bounds" +
-              (", measured" if "time_s" in r0 else "") + ") and against FLOPs")
-    ns = sorted({r["N"] for r in rows})
-    plots.plot_bytes_vs_n(ns, bytes_by_source(rows), path=bytes_path)
-    return [path, bytes_path]
+    gpus = r0["modeled_gpus"].split(",")
+    impls = sorted({r["impl"] for r in rows})
+    big = max(r["N"] for r in rows)
+    try:
+        mine = memory_speed.at_scale_size(gpus, r0["d"], r0["B"], r0["H"], n_min=big,
+                                          methods=impls)
+    except ValueError:  # no N fills the waves at this B, H
+        mine = None
+    if mine == big:
+        return r0["B"], r0["H"], big, True
+    B, H = memory_speed.AT_SCALE["B"], memory_speed.AT_SCALE["H"]
+    return B, H, memory_speed.at_scale_size(gpus, r0["d"], B, H, methods=impls), False
+
+
+def plot_memory_vs_speed(rows: list[dict], path=None):
+    """Memory against speed where the bargain holds, beside the model's check (module
+    docstring, --png); returns the Figure."""
+    from ckptlab.measure import tradeoff_plots
+
+    r0 = rows[0]
+    gpus = r0["modeled_gpus"].split(",")
+    impls = [m for m in IMPLS if any(r["impl"] == m for r in rows)]
+    B, H, N, own = at_scale(rows)
+    points = memory_speed.at_scale_points(B, H, N, r0["d"], gpus, methods=impls,
+                                          causal=r0["causal"], deterministic=r0["deterministic"])
+    if own and "time_s" in r0:  # the run measured this very size: its times beside the model's
+        for p in points:
+            r = next(r for r in rows if r["N"] == N and r["impl"] == p["method"])
+            p["times"]["measured"] = (r["time_p10_s"], r["time_s"], r["time_p90_s"])
+    size = (f"N={N}, B={B} H={H} d={r0['d']}" + (", causal" if r0["causal"] else "")
+            + (", deterministic dQ" if r0["deterministic"] else ""))
+    return tradeoff_plots.plot_memory_vs_speed_at_scale(
+        points, memory_speed.check_points(rows), size=size, path=path)
+
+
+def figures(rows: list[dict], folder) -> list[Path]:
+    """FIGURES into `folder`: memory against speed (plot_memory_vs_speed), bytes against N."""
+    from ckptlab.measure import plots
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / name for name in FIGURES]
+    plot_memory_vs_speed(rows, paths[0])
+    plots.plot_bytes_vs_n(sorted({r["N"] for r in rows}), bytes_by_source(rows), path=paths[1])
+    return paths
 
 
 def bytes_figure(path) -> Path:
@@ -348,17 +376,17 @@ def main(argv=None) -> int:
                    "Compute (GPU and ncu needed)")
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV ('-': stdout, and the "
                    "table goes to stderr)")
-    p.add_argument("--png", metavar="FILE", nargs="?", const=DEFAULT_PNG,
-                   help="draw memory against speed to FILE (and bytes against N beside it); "
-                   f"FILE defaults to {DEFAULT_PNG}")
+    p.add_argument("--png", metavar="DIR", nargs="?", const=".",
+                   help=f"draw {' and '.join(FIGURES)} into the folder DIR (default: the current "
+                   "one): memory against speed at a size where it means something, beside the "
+                   "model's check")
     a = p.parse_args(argv)
+    if a.csv is not None:  # before any work
+        writable_file(a.csv)
     if a.png == "-":
-        p.error("--png -: a figure goes to a file, not to stdout; name a .png file")
-    for path in (a.csv, a.png):  # before any work
-        if path is not None:
-            writable_file(path)
+        p.error("--png -: figures go to a folder, not to stdout; name a folder")
     if a.png is not None:
-        writable_file(bytes_figure(a.png))  # the second figure, beside the first
+        writable_folder(a.png, "--png")
     if a.ncu and not (device.target() == "cuda" and measure.ncu_available()):
         p.error("--ncu needs the cuda target and `ncu` (Nsight Compute) on the PATH")
     rows = sweep(a.n, a.impl, B=a.batch, H=a.heads, d=a.d, causal=a.causal,

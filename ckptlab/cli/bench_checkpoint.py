@@ -13,8 +13,9 @@ saved_tensors_hooks the same way (ckptlab.torch.ledger.TorchLedger).
 
     python -m ckptlab bench checkpoint --model mlp --layers 64 --schedule "none,sqrt,revolve(4)"
 
---png DIR draws peak memory against measured step time (with its spread) and against recompute
-FLOPs, one point per schedule.
+--png [DIR] draws into the folder DIR (the current one when not given), as bench attention's --png
+does: peak memory against measured step time (with its spread) and against recompute FLOPs, one
+point per schedule.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from ckptlab.cli.report import (
     write_csv,
 )
 from ckptlab.engine import Tensor
-from ckptlab.measure import plots
+from ckptlab.measure import plots, tradeoff
 from ckptlab.recompute import ledger, schedules
 from ckptlab.recompute.plan import Seg
 
@@ -224,6 +225,15 @@ def _run(model, layers, schedule_specs, width, batch, seq, heads, dropout, dtype
     return [hand] + rows
 
 
+def time_points(rows: list[dict]) -> list[dict]:
+    """The schedules' rows as plots.plot_memory_vs_time's points: the ledger's peak, the step's
+    median and IQR, and the allocator's peak (which says why a checkpointed step can measure
+    faster than none: tradeoff.faster_than_baseline)."""
+    return [dict(name=r["schedule"], peak_bytes=r["measured_peak_bytes"], seconds=r["step_s"],
+                 q1_s=r["step_q1_s"], q3_s=r["step_q3_s"], alloc_bytes=r["allocator_peak_bytes"])
+            for r in rows if "measured_peak_bytes" in r]
+
+
 def overlapping(rows: list[dict], key: str = "step") -> list[tuple[str, str]]:
     """Pairs of schedules whose interquartile ranges of `key` time overlap: at this noise
     their order by time is not resolved."""
@@ -297,6 +307,9 @@ def table(rows) -> str:
     warning = overlap_warning(rows)
     if warning:
         lines.append(warning)
+    faster = tradeoff.faster_than_baseline(time_points(rows))
+    if faster:
+        lines.append(f"note: {faster}")
     return "\n".join(lines)
 
 
@@ -328,8 +341,10 @@ def main(argv=None) -> int:
                    help="interleaved timed runs (default 7)")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch twin")
     p.add_argument("--csv", metavar="FILE", help="also write the rows as CSV ('-': stdout)")
-    p.add_argument("--png", metavar="DIR", help="also draw peak memory against step time and "
-                   "against recompute FLOPs into DIR")
+    p.add_argument("--png", metavar="DIR", nargs="?", const=".",
+                   help="also draw peak memory against step time and against recompute FLOPs "
+                   "into the folder DIR (default: the current one), as bench attention's --png "
+                   "does")
     a = p.parse_args(argv)
     layers = a.layers if a.layers is not None else (64 if a.model == "mlp" else 8)
     batch = a.batch if a.batch is not None else (512 if a.model == "mlp" else 16)
@@ -371,10 +386,7 @@ def figures(rows: list[dict], folder) -> list:
     out.mkdir(parents=True, exist_ok=True)
     sched = [r for r in rows if "measured_peak_bytes" in r]
     paths = [out / "checkpoint_memory_vs_time.png", out / "checkpoint_pareto.png"]
-    plots.plot_memory_vs_time(
-        [dict(name=r["schedule"], peak_bytes=r["measured_peak_bytes"], seconds=r["step_s"],
-              q1_s=r["step_q1_s"], q3_s=r["step_q3_s"]) for r in sched],
-        device=rows[0]["device"], path=paths[0])
+    plots.plot_memory_vs_time(time_points(rows), device=rows[0]["device"], path=paths[0])
     plots.plot_pareto([dict(name=r["schedule"], peak_bytes=r["measured_peak_bytes"],
                             recompute_flops=r["hardware_flops"] - r["model_flops"])
                        for r in sched], path=paths[1])

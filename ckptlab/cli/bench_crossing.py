@@ -5,7 +5,7 @@ reading it back). The two methods differ in one thing only, where P comes from:
 
     flash   recomputes S = Q K^T in its backward: 2 d more FLOPs per (i, j) pair (14 d, not 12 d)
     stored  writes S (fp32, 4 bytes, in both precisions) once in the forward and its dK/dV kernel
-            reads it once: s = 8 more bytes per pair (timemodel.per_pair counts them)
+            reads it once: s = 8 more bytes per pair (crossing.per_pair counts them)
 
 On the roofline (peak P FLOP/s, bandwidth W, ridge R = P / W) at large N, where the operands'
 bytes are small next to these, flash is compute-bound and takes 14 d / P per pair. Stored's
@@ -14,7 +14,7 @@ time depends on whether its launches overlap:
     one launch after another (what the time model does: a sum of per-launch maxima)
         stored = max(4 d, 4 R) + max(8 d, 4 R)   (forward writes S, dK/dV reads it; x 1 / P)
         for R/2 < d < R that is 4 R + 8 d, and recompute pays while 4 R + 8 d > 14 d:
-        d < 2 R / 3   (timemodel.rule_of_thumb: A100 fp32, ridge 9.6: d < 6.4; A100 bf16,
+        d < 2 R / 3   (crossing.rule_of_thumb: A100 fp32, ridge 9.6: d < 6.4; A100 bf16,
                       ridge 153: d < 102; H200 bf16, ridge 206: d < 137)
     perfect overlap (one roofline over the whole forward + backward)
         stored = max(12 d, 8 R), and recompute pays while 8 R > 14 d:
@@ -41,7 +41,7 @@ import sys
 
 from ckptlab import device, kernels
 from ckptlab.cli.report import int_list, writable_file, write_csv
-from ckptlab.measure import roofline, timemodel, whatif
+from ckptlab.measure import crossing, roofline, timemodel, whatif
 
 DTYPES = ("fp32", "bf16", "fp16")  # what the sweep may ask for (16-bit: the tensor-core kernels;
 # fp16 for a GPU without bf16 tensor cores, a T4)
@@ -72,9 +72,9 @@ def format_table(rows: list[dict]) -> str:
            f"B={r0['B']}, H={r0['H']}, {'causal' if r0['causal'] else 'non-causal'}); "
            "> 1: recomputing P is faster than reading it back; each cell: unique-counted bytes",
            head, "-" * len(head)]
-    lo, hi = (timemodel.crossings(rows, "gain_unique"),
-              timemodel.crossings(rows, "gain_counted"))
-    p16 = timemodel.crossings(rows, "gain_p16_unique") if "gain_p16_unique" in r0 else None
+    lo, hi = (crossing.crossings(rows, "gain_unique"),
+              crossing.crossings(rows, "gain_counted"))
+    p16 = crossing.crossings(rows, "gain_p16_unique") if "gain_p16_unique" in r0 else None
     for (gpu, dtype) in lo:
         mine = {r["d"]: r for r in rows if r["gpu"] == gpu and r["dtype"] == dtype}
         cells = "".join(f"{_cell(mine.get(d)):>13}" for d in ds)
@@ -101,7 +101,7 @@ def format_table(rows: list[dict]) -> str:
     out.append("ridge: peak FLOP/s / bandwidth (FLOP per byte); 2R/3: recompute pays while d < "
                "2 R / 3 with launches one after another, the model's form; 4R/7: with perfect "
                "overlap; P16: what-if, a 16-bit stored P instead of fp32 S (no such kernel "
-               "runs; measure.whatif), d < R / 3 (timemodel.rule_of_thumb); "
+               "runs; measure.whatif), d < R / 3 (crossing.rule_of_thumb); "
                + "; ".join(f"{k}: {v}" for k, v in kinds.items())
                + "; every time is modeled (ckptlab.measure.timemodel; registers and shared "
                f"memory: {timemodel.resources_note(rows[0]['gpu'])})")
@@ -110,13 +110,13 @@ def format_table(rows: list[dict]) -> str:
 
 def skipped(gpus, dtypes, ds, **size) -> list[str]:
     """One line per (GPU, dtype) and reason for the head dims the sweep left out: the GPU's arch
-    cannot run a kernel the model would time there (timemodel.pair_refusal)."""
+    cannot run a kernel the model would time there (crossing.pair_refusal)."""
     lines = []
     for g in gpus:
         for dt in dtypes:
             why: dict = {}
             for d in ds:
-                if reason := timemodel.pair_refusal(g, dt, d, **size):
+                if reason := crossing.pair_refusal(g, dt, d, **size):
                     why.setdefault(reason, []).append(d)
             for reason, left in why.items():
                 at = "" if left == list(ds) else f" d={','.join(map(str, left))}"
@@ -198,7 +198,7 @@ def main(argv=None) -> int:
         p.error("--n, --batch and --heads must be >= 1")
     if a.measure and device.target() != "cuda":
         p.error("--measure needs the cuda target (a GPU)")
-    rows = timemodel.recompute_gains(gpus, dtypes, a.d, N=a.n, B=a.batch, H=a.heads,
+    rows = crossing.recompute_gains(gpus, dtypes, a.d, N=a.n, B=a.batch, H=a.heads,
                                      causal=a.causal)
     whatif.add_p16_gains(rows)
     if rows:

@@ -38,7 +38,7 @@ from ckptlab.cli.report import (
     write_csv,
 )
 from ckptlab.engine import Tensor
-from ckptlab.measure import plots, roofline, timemodel
+from ckptlab.measure import memory_speed, plots, roofline, timemodel
 from ckptlab.recompute import ledger, schedules
 
 # per target: the sweep of N and the (B, H, d) of every run. Emulator: every byte counted; N=1024
@@ -159,7 +159,7 @@ def attention_figures(rows: list[dict], out: Path) -> list[Path]:
     gpu = r0["modeled_gpus"].split(",")[0]
     g = timemodel.short_name(gpu)
     paths = [out / "attention_memory_vs_n.png", out / "attention_time_vs_n.png",
-             out / "attention_roofline.png", out / "attention_memory_vs_speed.png"]
+             out / "attention_roofline.png"]
     held = {"naive": "naive (P)", "stored": "stored (P's tiles, L)", "flash": "flash (O, L)"}
     plots.plot_memory_vs_n(ns, {held[m]: [r["saved_bytes"] for r in by[m]] for m in by},
                            what="memory held for backward", path=paths[0])
@@ -167,16 +167,17 @@ def attention_figures(rows: list[dict], out: Path) -> list[Path]:
         where = r0["time_source"].split(";")[0].removeprefix("measured (") + " (measured)"
         plots.plot_time_vs_n(ns, {m: [r["time_s"] for r in by[m]] for m in by}, device=where,
                              path=paths[1])
-    else:
-        n_full = timemodel.fills_waves_from(r0["B"], r0["H"], r0["d"], gpu)
-        plots.plot_time_vs_n(
-            ns, {m: [r[f"{g}_hi_s"] for r in by[m]] for m in by}, path=paths[1],
-            title=f"MODELED on {gpu} (launch cost + waves x roofline, counted bytes: the upper "
-                  f"bound), not measured; at B={r0['B']} H={r0['H']} the model means something "
-                  f"from N >= {n_full}, where every launch fills a wave")
+    else:  # no GPU: modeled, at sizes where every launch fills the GPU's waves (at the sweep's
+        # toy sizes the model would mostly count launch costs and partial waves)
+        n0 = memory_speed.at_scale_size([gpu], r0["d"])
+        B, H, big = memory_speed.AT_SCALE["B"], memory_speed.AT_SCALE["H"], [n0, 2 * n0, 4 * n0]
+        plots.plot_time_vs_n(big, {m: [timemodel.method_time(m, B, H, n, n, r0["d"], gpu).lower
+                                      for n in big] for m in by}, path=paths[1],
+                             device=f"{g}, MODELED at B={B} H={H} d={r0['d']} (unique bytes; "
+                                    "every launch fills its waves), not measured")
     points = roofline_points(rows)
     plots.plot_roofline(points, gpu, path=paths[2], title=roofline_title(points, gpu, ns[-1]))
-    return paths[:3] + bench_attention.figures(rows, paths[3])
+    return paths + bench_attention.figures(rows, out)
 
 
 def sweep_notes(rows: list[dict]) -> str:

@@ -6,6 +6,9 @@ reference), never typed in, so an exercise follows the kernels if they change.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 
 from ckptlab import device, emu
@@ -28,12 +31,13 @@ def sgemm_bytes(answer, M: int, N: int, K: int) -> Verdict:
     t = traffic.sgemm_tiled(M, N, K)
     once = traffic.BYTES * (M * K + K * N + M * N)
     return exact(answer, t.bytes, "the byte count", hints=[
-        (once, "that counts A, B and C once each: the tiled kernel loads a tile of A again for "
-               "every column tile of C (ceil(N/16) times) and of B for every row tile"),
+        (once, "that counts A, B and C once each: a tile of A is loaded by every block that "
+               "needs it; how many blocks is that?"),
         (t.bytes_read, "that is the reads alone: C is written too"),
         (t.bytes / traffic.BYTES, "that counts elements: an fp32 element is 4 bytes"),
-    ], hint=f"A is read ceil(N/{traffic.SGEMM_TILE}) times, B ceil(M/{traffic.SGEMM_TILE}) "
-            "times, C written once")
+    ], hint=f"one block computes one {traffic.SGEMM_TILE} x {traffic.SGEMM_TILE} tile of C: "
+            "how many blocks load each element of A, and each of B? (the sizes are not "
+            "multiples of the tile)")
 
 
 def softmax_intensity(answer, R: int, C: int) -> Verdict:
@@ -126,9 +130,11 @@ def race_fixed(answer) -> Verdict:
             "sgemm_tiled")
         with emu.settings(mode="counted", race_check=True), emu.record() as rec:
             f((-(-N // T), -(-M // T)), (T, T), (A, B, C, np.int32(M), np.int32(N), np.int32(K)))
+    except emu.EmuCompileError as e:  # before EmuError, its base: not a race, an edit that
+        return wrong(compile_error(answer, str(e)))  # does not compile
     except emu.EmuError as e:
         return wrong(f"the emulator still reports: {e}")
-    except Exception as e:  # a compile error, a missing kernel: the learner's edit
+    except Exception as e:  # a missing kernel, a bad launch: the learner's edit
         return wrong(f"the kernel did not build or launch: {type(e).__name__}: "
                      f"{str(e).strip()[:400]}")
     truth = A.astype(np.float64) @ B.astype(np.float64)
@@ -142,6 +148,32 @@ def race_fixed(answer) -> Verdict:
         return wrong(f"C is right but the kernel moves {got:,} bytes, not the tiled kernel's "
                      f"{model.bytes:,}: keep the shared-memory tiles and add the barrier")
     return right()
+
+
+COMPILER_LINE = re.compile(r"^(?P<file>[^:\s]+):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: "
+                           r"(?P<what>.*)$", re.M)
+
+
+def compile_error(source: str, message: str, context: int = 1) -> str:
+    """A compiler's failure said in the learner's terms: the first error, at its line of
+    `source` (the lines before it too: a missing ';' is reported on the next line), without the
+    command line or the build folder's paths. `message` is the compiler's output (an
+    EmuCompileError's text); errors in `source` are reported as <string>:LINE."""
+    errors = list(COMPILER_LINE.finditer(message))
+    if not errors:
+        tail = [x for x in message.splitlines() if x.strip() and not x.startswith("$ ")]
+        return "your kernel does not compile: " + (tail[-1].strip()[:200] if tail else "?")
+    mine = [m for m in errors if m["file"] == "<string>"]
+    first = (mine or errors)[0]
+    where = "your source" if mine else Path(first["file"]).name  # not the build folder's path
+    line = int(first["line"])
+    what = re.sub(r"; did you mean '?emu_\w+'?\?", "", first["what"].strip())  # the shim's
+    out = [f"your kernel does not compile: line {line} of {where}: {what}"]  # own names
+    if mine:
+        lines = source.splitlines()
+        for k in range(max(1, line - context), min(len(lines), line) + 1):
+            out.append(f"  {'>' if k == line else ' '} {k:3d} | {lines[k - 1].rstrip()}")
+    return "\n".join(out)
 
 
 def sgemm_tile_report(tile: int, arch: str = "sm_80") -> dict:

@@ -34,10 +34,12 @@ def softmax_backward(fn) -> Verdict:
     P2, dP2 = P[0, 0], dP[0, 0]
     if np.allclose(dS, P2 * dP2):
         return wrong("each row of dS must sum to 0 (adding a constant to a row of S leaves P "
-                      "unchanged): subtract D_i = sum_j P_ij dP_ij from dP before multiplying")
+                      "unchanged), and yours do not: which part of the softmax's Jacobian, the "
+                      "one that comes from its normalisation, is missing?")
     D = (P2 * dP2).sum(axis=1, keepdims=True)
     if np.allclose(dS, dP2 - D):
-        return wrong("the softmax's Jacobian carries a factor P_ij: dS = P * (dP - D)")
+        return wrong("your rows sum to 0 now, but dS is not scaled like P: the softmax's "
+                      "Jacobian dP_ij/dS_ik carries a factor P_ij. Where does it enter?")
     return wrong("dQ = scale dS K built from your dS does not match the float64 reference; "
                   "differentiate P_ij = exp(S_ij) / sum_k exp(S_ik) with respect to S_ij")
 

@@ -52,13 +52,14 @@ def online_merge(fn) -> Verdict:
         with np.errstate(all="ignore"):
             got = m + np.log(l)
         if not np.all(np.isfinite(got)):
-            return wrong(f"m + log l is not finite (split at column {cut}): rescale by "
-                          "exp(m_a - m) and exp(m_b - m) with m = max(m_a, m_b), so no exponent "
-                          "is positive and an empty part (m = -inf, l = 0) adds 0")
+            return wrong(f"m + log l is not finite (split at column {cut}): some exponent is "
+                          "positive, or an empty part (m = -inf, l = 0) was not added as 0. "
+                          "Against which common maximum does no exponent exceed 0?")
         if np.abs(got - L[0, 0]).max() > 1e-12 * np.abs(L[0, 0]).max():  # float64 rounding
             if np.allclose(l, l_a + l_b):
-                return wrong("l_a and l_b were summed under different maxima: rescale each "
-                              "by exp(m_part - m) before adding")
+                return wrong("l_a and l_b were summed under different maxima: bring both to "
+                              "the same one first. What factor turns a sum of exp(x - m_a) "
+                              "into a sum of exp(x - m)?")
             return wrong(f"m + log l differs from the row's logsumexp (split at column {cut})")
         if not np.array_equal(m, np.maximum(m_a, m_b)):
             return wrong("m + log l is right but m is not the row max: keep m = max(m_a, m_b) "
@@ -91,8 +92,9 @@ def _both_empty(fn) -> Verdict:
         return bad or bad2
     if np.isnan(l[0]) or np.isnan(m[0]):
         return wrong("two empty parts (a fully masked row: m_a = m_b = -inf, l_a = l_b = 0) "
-                      "give NaN: exp(m_a - m) is exp(-inf + inf); weight an empty part 0, e.g. "
-                      "np.where(l_a > 0, l_a * np.exp(m_a - m), 0), as softmax_rows.cu does")
+                      "give NaN: with m = -inf an exponent m_a - m is -inf + inf. An empty part "
+                      "must add exactly 0: how does kernels/softmax_rows.cu keep it from "
+                      "reaching the exponential?")
     if not (m[0] == -np.inf and l[0] == 0.0):
         return wrong(f"two empty parts must merge into an empty state (m = -inf, l = 0); you "
                       f"return m = {m[0]}, l = {l[0]}")

@@ -26,6 +26,7 @@ def recompute_flops(answer, B: int, H: int, N: int, d: int) -> Verdict:
         (run, "that counts the padded tail tiles the kernel also runs; the question asks for "
               "the N x N scores"),
         (want / 2, "a multiply-add is 2 FLOPs"),
+        (want / H, f"that is one head's count: the batch has B x H = {B * H} heads"),
         (2 * want, "only S = Q K^T is recomputed (P = exp(S - L) is pointwise); O = P V is not"),
     ], hint="S has N x N entries per (b, h), each a length-d dot product")
 

@@ -1,74 +1,34 @@
-"""Checkers of labs/06_when_recompute_pays.ipynb (the roofline's call on FLOPs for bytes: where
-recompute stops paying, HFU and MFU), one per exercise.
+"""Checkers of labs/06_dropout_and_determinism.ipynb, one function per exercise.
 
-The expected values come from ckptlab itself (the traffic models, the time model), never typed
-in, so an exercise follows the kernels if they change.
+The expected values come from ckptlab itself (the traffic models, the roofline, the float64
+reference), never typed in, so an exercise follows the kernels if they change.
 """
 
 from __future__ import annotations
 
-from ckptlab.exercises.verdict import (
-    NOT_YET,
-    Verdict,
-    close,
-    number,
-    right,
-    unanswered,
-    wrong,
-)
-from ckptlab.measure import roofline, timemodel, traffic
-
-CROSSING = dict(N=4096, B=1, H=16)  # the sweep exercise 1 asks about (every launch fills waves)
-DIMS = (16, 32, 64, 128)  # the head dims it sweeps
+from ckptlab import rng
+from ckptlab.exercises.verdict import Verdict, close, exact
+from ckptlab.measure import traffic
 
 
-def crossing_d(answer, gpu: str = "A100", dtype: str = "bf16") -> Verdict:
-    """The smallest head dim d of DIMS at which the recompute gain (stored / flash modeled
-    time, unique bytes, at CROSSING's size) falls below 1 on `gpu` in `dtype`; the string
-    "never" if it stays above 1 up to the largest d."""
-    if unanswered(answer):  # before the sweep: nothing to compute for an empty answer
-        return Verdict(NOT_YET)
-    name = roofline.spec(gpu)["name"]
-    rows = timemodel.recompute_gains([name], [dtype], DIMS, **CROSSING)
-    want = timemodel.crossings(rows)[name, dtype]
-    if isinstance(answer, str) and answer.strip().lower() == "never":
-        return right() if want is None else wrong(
-            f"on {name} in {dtype} the gain does fall below 1 within d <= {max(DIMS)}")
-    got, bad = number(answer, "d")
-    if bad:
-        return bad
-    if got not in DIMS:
-        return wrong(f"the sweep has d in {DIMS}: give the smallest of them where the gain "
-                     "is below 1 (or \"never\")")
-    if got == want:
-        return right()
-    if want is None:
-        return wrong(f"on {name} in {dtype} the gain stays above 1 for every d of the sweep")
-    other = "fp32" if dtype != "fp32" else "bf16"
-    theirs = timemodel.crossings(timemodel.recompute_gains([name], [other], DIMS,
-                                                           **CROSSING))[name, other]
-    if got == theirs:
-        return wrong(f"that is the {other} crossing: {dtype} has its own ridge and kernels")
-    gain = {r["d"]: r["gain_unique"] for r in rows}[int(got)]
-    side = "still pays." if gain > 1 else "already costs: is it the first d where it does?"
-    rule = timemodel.rule_of_thumb(name, dtype)
-    overlap = timemodel.rule_of_thumb(name, dtype, overlap=True)
-    return wrong(f"at d = {int(got)} the modeled gain is {gain:.2f}: recompute {side} The "
-                 f"model's rule, d < 2 R / 3 (launches one after another), gives {rule:.1f} on "
-                 f"{name} in {dtype}; d < 4 R / 7 = {overlap:.1f} would hold only if the "
-                 "launches overlapped perfectly")
+def mask_bytes(answer, B: int = 64, H: int = 16, N: int = 1024) -> Verdict:
+    """Bytes a stored dropout mask of attention's P would take, kept as ckptlab's boolean keep
+    mask (rng.keep_mask), for (B, H, N, N)."""
+    per = rng.keep_mask(0, 0, (1,), 0.5).itemsize  # bytes per element of the mask it draws
+    want = B * H * N * N * per
+    return exact(answer, want, "the byte count", hints=[
+        (want * traffic.BYTES, "a keep mask is bool (1 byte per element), not fp32"),
+        (want / 8, "NumPy stores a bool in a byte, not a bit (a packed mask would be 1/8)"),
+    ], hint="the mask has P's shape (B, H, N, N)")
 
 
-def hfu_over_mfu(answer, B: int = 64, H: int = 16, N: int = 1024, d: int = 64) -> Verdict:
-    """HFU / MFU of flash attention's forward + backward (atomic dQ, not causal): hardware
-    FLOPs (recompute included) over model FLOPs (useful work), at the same time."""
-    runs = traffic.launches("flash", B, H, N, N, d)
-    hw = traffic.totals(runs)["flops"]
-    fwd = traffic.model_flops(B, H, N, N, d)
-    model = fwd + traffic.model_flops(B, H, N, N, d, backward=True)
-    bwd_hw = hw - sum(kt.flops for kt in runs if "_fwd" in kt.kernel)
-    return close(answer, hw / model, "the ratio", 0.01, hints=[
-        (bwd_hw / (model - fwd),
-         "that is the backward alone: the forward (no recompute) is in both counts"),
-        (1.0, "the recompute of S is executed (hardware FLOPs) but is not useful work"),
-    ], hint="per (i, j) pair: forward 4 d, backward 8 d useful, plus 2 d recomputed")
+def deterministic_flops_ratio(answer, B: int = 64, H: int = 16, N: int = 1024,
+                              d: int = 64) -> Verdict:
+    """Hardware FLOPs of the deterministic flash backward over those of the atomic one (not
+    causal): what bitwise reproducibility costs in arithmetic."""
+    det, atomic = (traffic.totals(traffic.flash_backward_traffic(
+        B, H, N, N, d, deterministic=x))["flops"] for x in (True, False))
+    return close(answer, det / atomic, "the ratio", 0.01, hints=[
+        (1.0, "the deterministic dq kernel recomputes S and dP = dO V^T a second time"),
+    ], hint="count the matmuls each backward runs per (i, j) pair, 2 d FLOPs each: which "
+            "does the deterministic dq kernel run that the atomic backward does not?")

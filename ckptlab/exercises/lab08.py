@@ -1,46 +1,76 @@
-"""Checkers of labs/08_segment_checkpointing.ipynb, one function per exercise.
+"""Checkers of labs/08_when_recompute_pays.ipynb (the roofline's call on FLOPs for bytes: where
+recompute stops paying, on CUDA cores and on tensor cores), one per exercise.
 
-The expected values come from ckptlab itself (the traffic models, the roofline, the float64
-reference), never typed in, so an exercise follows the kernels if they change.
+The expected values come from ckptlab itself (the traffic models, the time model), never typed
+in, so an exercise follows the kernels if they change.
 """
 
 from __future__ import annotations
 
-from ckptlab.exercises.verdict import NOT_YET, Verdict, close, number, right, unanswered, wrong
-from ckptlab.recompute import schedules
+from ckptlab.exercises.verdict import (
+    NOT_YET,
+    Verdict,
+    close,
+    number,
+    right,
+    unanswered,
+    wrong,
+)
+from ckptlab.measure import crossing, roofline, traffic, traffic_tc
+
+CROSSING = dict(N=4096, B=1, H=16)  # the sweep exercise 1 asks about (every launch fills waves)
+DIMS = (32, 64, 96, 128)  # the head dims it sweeps: both sides of 2 R / 3 = 102 on an A100
 
 
-def least_memory_segments(answer, prof) -> Verdict:
-    """The number k of uniform checkpointed segments (schedules.uniform(L, k)) that gives the
-    chain profiled in `prof` the least predicted peak of saved bytes. Only a k with that least
-    peak is right (ties all are); any other is told the optimum and how far it is from it."""
-    L = prof.n_blocks
-    peaks = {k: schedules.uniform(L, k).predict(prof).peak_bytes for k in range(1, L + 1)}
-    least = min(peaks.values())
-    best = [k for k, p in peaks.items() if p == least]
-    if unanswered(answer):
+def crossing_d(answer, gpu: str = "A100", dtype: str = "bf16") -> Verdict:
+    """The smallest head dim d of DIMS at which the recompute gain (stored / flash modeled
+    time, unique bytes, at CROSSING's size) falls below 1 on `gpu` in `dtype`; the string
+    "never" if it stays above 1 up to the largest d."""
+    if unanswered(answer):  # before the sweep: nothing to compute for an empty answer
         return Verdict(NOT_YET)
-    got, bad = number(answer, "k")
+    name = roofline.spec(gpu)["name"]
+    rows = crossing.recompute_gains([name], [dtype], DIMS, **CROSSING)
+    want = crossing.crossings(rows)[name, dtype]
+    if isinstance(answer, str) and answer.strip().lower() == "never":
+        return right() if want is None else wrong(
+            f"on {name} in {dtype} the gain does fall below 1 within d <= {max(DIMS)}")
+    got, bad = number(answer, "d")
     if bad:
         return bad
-    if got != int(got) or not 1 <= got <= L:
-        return wrong(f"k is a whole number of segments from 1 to L = {L}; you gave {answer!r}")
-    k = int(got)
-    if peaks[k] == least:
+    if got not in DIMS:
+        return wrong(f"the sweep has d in {DIMS}: give the smallest of them where the gain "
+                     "is below 1 (or \"never\")")
+    if got == want:
         return right()
-    side = ("more segments: each recompute holds L / k blocks' activations at once" if k < best[0]
-            else "fewer segments: each one holds its input until the backward reaches it")
-    named = " or ".join(f"k = {b}" for b in best)
-    return wrong(f"k = {k} peaks at {peaks[k]:,} bytes, {peaks[k] / least - 1:.0%} above the "
-                  f"least, {least:,} bytes at {named}; the estimate sqrt(L a / x) only points "
-                  f"near it (segments of unequal length, the head): try {side}")
+    if want is None:
+        return wrong(f"on {name} in {dtype} the gain stays above 1 for every d of the sweep")
+    other = "fp32" if dtype != "fp32" else "bf16"
+    theirs = crossing.crossings(crossing.recompute_gains([name], [other], DIMS,
+                                                           **CROSSING))[name, other]
+    if got == theirs:
+        return wrong(f"that is the {other} crossing: {dtype} has its own ridge and kernels")
+    gain = {r["d"]: r["gain_unique"] for r in rows}[int(got)]
+    side = "still pays." if gain > 1 else "already costs: is it the first d where it does?"
+    return wrong(f"at d = {int(got)} the modeled gain is {gain:.2f}: recompute {side} Which "
+                 f"ridge R does {name} have in {dtype} (roofline.ridge_point), and which rule "
+                 "did you use: d < 2 R / 3 (launches one after another, what the model does) or "
+                 "4 R / 7 (perfect overlap)?")
 
 
-def checkpoint_flops_ratio(answer, prof) -> Verdict:
-    """Hardware FLOPs / model FLOPs (= HFU / MFU) of one training step of the chain profiled in
-    `prof` under the sqrt schedule (every block checkpointed once)."""
-    pred = schedules.sqrt(prof.n_blocks).predict(prof)
-    return close(answer, pred.hardware_flops / pred.model_flops, "the ratio", 0.01, hints=[
-        (2.0, "the recompute is one more forward per block, not a forward and a backward"),
-        (1.5, "a backward costs about twice a forward, so a step is about three forwards"),
-    ], hint="hardware = model + one extra forward of the blocks; backward ~ 2 x forward")
+def flash_intensity(answer, B: int = 1, H: int = 1, N: int = 1024, d: int = 64) -> Verdict:
+    """Arithmetic intensity (hardware FLOPs per HBM byte) of the bf16 flash pair on tensor
+    cores, forward + deterministic backward, not causal: what decides, against a GPU's ridge,
+    whether its recomputed FLOPs cost time."""
+    runs = traffic_tc.tc_launches("flash", B, H, N, N, d, deterministic=True)
+    tot = traffic.totals(runs)
+    want = tot["flops"] / tot["bytes"]
+    fp32 = traffic.totals(traffic.flash_forward_traffic(B, H, N, N, d)
+                          + traffic.flash_backward_traffic(B, H, N, N, d, deterministic=True))
+    useful = (traffic.model_flops(B, H, N, N, d)
+              + traffic.model_flops(B, H, N, N, d, backward=True)) / tot["bytes"]
+    return close(answer, want, "the intensity", 0.02, hints=[
+        (fp32["flops"] / fp32["bytes"], "that is the fp32 pair's: the bf16 one moves half the "
+                                        "bytes for the same FLOPs"),
+        (useful, "count the FLOPs the kernels execute (hardware FLOPs): the backward recomputes "
+                 "S, and the deterministic dQ kernel S and dP once more"),
+    ], hint="hardware FLOPs over bytes of every launch (forward, preprocess, dK/dV, dQ)")

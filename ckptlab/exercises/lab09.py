@@ -1,4 +1,4 @@
-"""Checkers of labs/09_schedules_and_budgets.ipynb, one function per exercise.
+"""Checkers of labs/09_segment_checkpointing.ipynb, one function per exercise.
 
 The expected values come from ckptlab itself (the traffic models, the roofline, the float64
 reference), never typed in, so an exercise follows the kernels if they change.
@@ -6,62 +6,41 @@ reference), never typed in, so an exercise follows the kernels if they change.
 
 from __future__ import annotations
 
-from ckptlab.exercises.verdict import NOT_YET, Verdict, exact, right, unanswered, wrong
+from ckptlab.exercises.verdict import NOT_YET, Verdict, close, number, right, unanswered, wrong
 from ckptlab.recompute import schedules
-from ckptlab.recompute.optimal import revolve_cost
 
 
-def _schedule(answer, L, prof):
-    """(Schedule, None) from a spec string, a Schedule or a plan list; else (None, Verdict)."""
-    try:
-        if isinstance(answer, str):
-            if answer.strip().startswith("optimal"):
-                return None, wrong("optimal(...) is the DP's own answer: build a schedule "
-                                    "yourself (a spec like every(2), or a plan list)")
-            return schedules.make(answer, L, prof), None
-        if isinstance(answer, schedules.Schedule):
-            if answer.name.startswith("optimal"):
-                return None, wrong("that is the DP's own answer: build a schedule yourself")
-            return answer, None
-        if isinstance(answer, list):
-            return schedules.Schedule("yours", answer), None
-    except (TypeError, ValueError) as e:
-        return None, wrong(f"the schedule cannot be built: {e}")
-    return None, wrong(f"give a spec string, a Schedule or a plan list; you gave "
-                        f"{type(answer).__name__}")
-
-
-def schedule_for_budget(answer, prof, fraction: float = 0.4) -> Verdict:
-    """A schedule (spec, Schedule or plan; not optimal(...)) whose predicted peak of saved
-    bytes fits `fraction` of the no-checkpointing peak and which recomputes fewer FLOPs than
-    the sqrt schedule."""
+def least_memory_segments(answer, prof) -> Verdict:
+    """The number k of uniform checkpointed segments (schedules.uniform(L, k)) that gives the
+    chain profiled in `prof` the least predicted peak of saved bytes. Only a k with that least
+    peak is right (ties all are); any other is told how far above the least it peaks, and in
+    which direction to look, never the optimum."""
+    L = prof.n_blocks
+    peaks = {k: schedules.uniform(L, k).predict(prof).peak_bytes for k in range(1, L + 1)}
+    least = min(peaks.values())
+    best = [k for k, p in peaks.items() if p == least]
     if unanswered(answer):
         return Verdict(NOT_YET)
-    L = prof.n_blocks
-    budget = fraction * schedules.none(L).predict(prof).peak_bytes
-    sqrt = schedules.sqrt(L).predict(prof)
-    sched, bad = _schedule(answer, L, prof)
+    got, bad = number(answer, "k")
     if bad:
         return bad
-    try:
-        pred = sched.predict(prof)
-    except (TypeError, ValueError) as e:
-        return wrong(f"the schedule cannot be run on this chain: {e}")
-    if pred.peak_bytes > budget:
-        return wrong(f"its peak is {pred.peak_bytes:,} bytes, over the budget of {budget:,.0f}")
-    if pred.recompute_flops >= sqrt.recompute_flops:
-        return wrong(f"it fits, but recomputes {pred.recompute_flops:,} FLOPs, no fewer than "
-                      f"sqrt's {sqrt.recompute_flops:,}: keep the last blocks' activations "
-                      "(freed first in the backward) and checkpoint the rest")
-    return right()
+    if got != int(got) or not 1 <= got <= L:
+        return wrong(f"k is a whole number of segments from 1 to L = {L}; you gave {answer!r}")
+    k = int(got)
+    if peaks[k] == least:
+        return right()
+    side = ("more segments: each recompute holds L / k blocks' activations at once" if k < best[0]
+            else "fewer segments: each one holds its input until the backward reaches it")
+    return wrong(f"k = {k} peaks at {peaks[k]:,} bytes, {peaks[k] / least - 1:.1%} above the "
+                  "least any k reaches; the estimate sqrt(L a / x) only points near it "
+                  f"(segments of unequal length, the head): try {side}")
 
 
-def revolve_one_snapshot(answer, l: int) -> Verdict:
-    """Block forwards recomputed to reverse a chain of l blocks with one snapshot (only the
-    chain's input kept): Revolve's cost with s = 1, i.e. l (l - 1) / 2."""
-    return exact(answer, revolve_cost(l, 1), "the number of block forwards", hints=[
-        (l * l, "that counts the whole chain for every block: block k needs only the k blocks "
-                "before it run again"),
-        (l * (l + 1) // 2, "that counts each block's own forward too: to reverse block k you "
-                           "rerun the k blocks before it, 0 for the first"),
-    ], hint="to reverse block k, rerun blocks 0 .. k-1 from the input")
+def checkpoint_flops_ratio(answer, prof) -> Verdict:
+    """Hardware FLOPs / model FLOPs (= HFU / MFU) of one training step of the chain profiled in
+    `prof` under the sqrt schedule (every block checkpointed once)."""
+    pred = schedules.sqrt(prof.n_blocks).predict(prof)
+    return close(answer, pred.hardware_flops / pred.model_flops, "the ratio", 0.01, hints=[
+        (2.0, "the recompute is one more forward per block, not a forward and a backward"),
+        (1.5, "a backward costs about twice a forward, so a step is about three forwards"),
+    ], hint="hardware = model + one extra forward of the blocks; backward ~ 2 x forward")

@@ -1,65 +1,67 @@
-"""Checkers of labs/10_tensor_cores.ipynb (tensor cores: when compute is free), one per exercise.
+"""Checkers of labs/10_schedules_and_budgets.ipynb, one function per exercise.
 
-The expected values come from ckptlab itself (the traffic models of the fp32 and tensor-core
-kernels, the roofline's peaks), never typed in, so an exercise follows the kernels if they
-change.
+The expected values come from ckptlab itself (the traffic models, the roofline, the float64
+reference), never typed in, so an exercise follows the kernels if they change.
 """
 
 from __future__ import annotations
 
-from ckptlab.exercises.verdict import Verdict, close, exact
-from ckptlab.measure import traffic, traffic_tc
+from ckptlab.exercises.verdict import NOT_YET, Verdict, exact, right, unanswered, wrong
+from ckptlab.recompute import schedules
+from ckptlab.recompute.optimal import revolve_cost
 
 
-def wmma_gemm_bytes(answer, M: int, N: int, K: int) -> Verdict:
-    """Counted HBM bytes of kernels/wmma_gemm.cu with bf16 inputs (C = A B, A (M, K),
-    B (K, N), C (M, N) fp32), one launch."""
-    want = traffic.wmma_gemm(M, N, K, "__nv_bfloat16").bytes
-    fp32 = traffic.sgemm_tiled(M, N, K).bytes
-    all2 = want - 2 * M * N
-    once = 2 * (M * K + K * N) + 4 * M * N
-    return exact(answer, want, "the byte count", hints=[
-        (fp32, "that is the fp32 SGEMM's count: A and B are bf16 here, 2 bytes an element"),
-        (all2, "C is accumulated and written in fp32: 4 bytes an element"),
-        (once, "each block loads its own tiles: A is read once per 16-column tile of C, "
-               "B once per 16-row tile"),
-    ], hint="the same tiling as sgemm_tiled.cu, with 2-byte inputs")
+def _schedule(answer, L, prof):
+    """(Schedule, None) from a spec string, a Schedule or a plan list; else (None, Verdict)."""
+    try:
+        if isinstance(answer, str):
+            if answer.strip().startswith("optimal"):
+                return None, wrong("optimal(...) is the DP's own answer: build a schedule "
+                                    "yourself (a spec like every(2), or a plan list)")
+            return schedules.make(answer, L, prof), None
+        if isinstance(answer, schedules.Schedule):
+            if answer.name.startswith("optimal"):
+                return None, wrong("that is the DP's own answer: build a schedule yourself")
+            return answer, None
+        if isinstance(answer, list):
+            return schedules.Schedule("yours", answer), None
+    except (TypeError, ValueError) as e:
+        return None, wrong(f"the schedule cannot be built: {e}")
+    return None, wrong(f"give a spec string, a Schedule or a plan list; you gave "
+                        f"{type(answer).__name__}")
 
 
-def _flash_bytes(B, H, N, d, tc: bool) -> int:
-    if tc:
-        runs = traffic_tc.tc_launches("flash", B, H, N, N, d, deterministic=True)
-    else:
-        runs = (traffic.flash_forward_traffic(B, H, N, N, d)
-                + traffic.flash_backward_traffic(B, H, N, N, d, deterministic=True))
-    return traffic.totals(runs)["bytes"]
+def schedule_for_budget(answer, prof, fraction: float = 0.4) -> Verdict:
+    """A schedule (spec, Schedule or plan; not optimal(...)) whose predicted peak of saved
+    bytes fits `fraction` of the no-checkpointing peak and which recomputes fewer FLOPs than
+    the sqrt schedule."""
+    if unanswered(answer):
+        return Verdict(NOT_YET)
+    L = prof.n_blocks
+    budget = fraction * schedules.none(L).predict(prof).peak_bytes
+    sqrt = schedules.sqrt(L).predict(prof)
+    sched, bad = _schedule(answer, L, prof)
+    if bad:
+        return bad
+    try:
+        pred = sched.predict(prof)
+    except (TypeError, ValueError) as e:
+        return wrong(f"the schedule cannot be run on this chain: {e}")
+    if pred.peak_bytes > budget:
+        return wrong(f"its peak is {pred.peak_bytes:,} bytes, over the budget of {budget:,.0f}")
+    if pred.recompute_flops >= sqrt.recompute_flops:
+        return wrong(f"it fits, but recomputes {pred.recompute_flops:,} FLOPs, no fewer than "
+                      f"sqrt's {sqrt.recompute_flops:,}: keep the last blocks' activations "
+                      "(freed first in the backward) and checkpoint the rest")
+    return right()
 
 
-def bf16_bytes_ratio(answer, B: int = 1, H: int = 1, N: int = 1024, d: int = 64) -> Verdict:
-    """HBM bytes of the bf16 flash pair over the fp32 flash pair's, forward + deterministic
-    backward (no atomics), not causal, at the same tiles."""
-    want = _flash_bytes(B, H, N, d, True) / _flash_bytes(B, H, N, d, False)
-    return close(answer, want, "the ratio", 0.001, hints=[
-        (0.5, "not exactly half: L and D (one float per query row) stay fp32"),
-        (0.25, "only the element size changes (4 -> 2 bytes), not the number of reads"),
-    ], hint="sum each pair's bytes launch by launch: 2-byte Q, K, V, O, dO, gradients, "
-            "4-byte L and D")
-
-
-def flash_intensity(answer, B: int = 1, H: int = 1, N: int = 1024, d: int = 64) -> Verdict:
-    """Arithmetic intensity (hardware FLOPs per HBM byte) of the bf16 flash pair on tensor
-    cores, forward + deterministic backward, not causal: what decides, against a GPU's ridge,
-    whether its recomputed FLOPs cost time."""
-    runs = traffic_tc.tc_launches("flash", B, H, N, N, d, deterministic=True)
-    tot = traffic.totals(runs)
-    want = tot["flops"] / tot["bytes"]
-    fp32 = traffic.totals(traffic.flash_forward_traffic(B, H, N, N, d)
-                          + traffic.flash_backward_traffic(B, H, N, N, d, deterministic=True))
-    useful = (traffic.model_flops(B, H, N, N, d)
-              + traffic.model_flops(B, H, N, N, d, backward=True)) / tot["bytes"]
-    return close(answer, want, "the intensity", 0.02, hints=[
-        (fp32["flops"] / fp32["bytes"], "that is the fp32 pair's: the bf16 one moves half the "
-                                        "bytes for the same FLOPs"),
-        (useful, "count the FLOPs the kernels execute (hardware FLOPs): the backward recomputes "
-                 "S, and the deterministic dQ kernel S and dP once more"),
-    ], hint="hardware FLOPs over bytes of every launch (forward, preprocess, dK/dV, dQ)")
+def revolve_one_snapshot(answer, l: int) -> Verdict:
+    """Block forwards recomputed to reverse a chain of l blocks with one snapshot (only the
+    chain's input kept): Revolve's cost with s = 1, i.e. l (l - 1) / 2."""
+    return exact(answer, revolve_cost(l, 1), "the number of block forwards", hints=[
+        (l * l, "that counts the whole chain for every block: block k needs only the k blocks "
+                "before it run again"),
+        (l * (l + 1) // 2, "that counts each block's own forward too: to reverse block k you "
+                           "rerun the k blocks before it, 0 for the first"),
+    ], hint="to reverse block k, rerun blocks 0 .. k-1 from the input")

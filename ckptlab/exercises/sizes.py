@@ -6,7 +6,9 @@
 
 Set it with the environment variable CKPTLAB_LAB_SCALE=small|large|gpu before starting Jupyter,
 or in a notebook's first cell: `LAB_SCALE = "large"` then `sizes.scale(LAB_SCALE)`. A notebook
-asks `sizes.pick(small=..., large=..., gpu=...)` for each size it uses.
+asks `sizes.pick(small=..., large=..., gpu=...)` for each size it uses, and `sizes.fitting(ns,
+bytes_of)` keeps, on a GPU, only the sizes whose arrays fit its free memory (a 15 GiB T4 is not
+an 80 GB A100).
 """
 
 from __future__ import annotations
@@ -55,3 +57,21 @@ def reset() -> None:
     """Forget a scale set by scale(override) (tests)."""
     global _chosen
     _chosen = None
+
+
+FREE_FRACTION = 0.75  # of the free memory a sweep may plan for: the pool's blocks, temporaries
+
+
+def fitting(ns, bytes_of, free: int | None = None) -> list:
+    """The sizes of `ns` whose bytes_of(n) fit FREE_FRACTION of the GPU's free memory
+    (device.free_bytes, or `free`); all of them on the emulator. A ValueError, naming the
+    smallest size's need, when none fits."""
+    free = device.free_bytes() if free is None else free
+    if free is None:
+        return list(ns)
+    keep = [n for n in ns if bytes_of(n) <= FREE_FRACTION * free]
+    if not keep:
+        n = min(ns)
+        raise ValueError(f"no size fits this GPU: the smallest, {n}, needs {bytes_of(n):,} bytes "
+                         f"and {free:,} are free ({FREE_FRACTION:.0%} of them may be planned)")
+    return keep

@@ -2,7 +2,8 @@
 
 A checker takes the learner's answer (a number, or a function to fill in) and returns a Verdict:
 the string "right", "wrong, because ..." or "not answered yet" (for None or the `...`
-placeholder). A checker never raises on an answer: a bad type or a function that raises is a
+placeholder; a function exercise is unanswered while it returns `...`, and wrong when it returns
+None). A checker never raises on an answer: a bad type or a function that raises is a
 "wrong" with the reason.
 """
 
@@ -54,11 +55,20 @@ def exact(answer, want: int, what: str, hints=(), hint: str = "") -> Verdict:
         return bad
     if got == want:
         return right()
-    for value, reason in hints:
-        if got == value:
-            return wrong(reason)
+    reasons = [reason for value, reason in hints if got == value]
+    if reasons:
+        return _because(reasons)
     off = f"{got / want:.3g}x" if want else "not 0"
     return wrong(f"{what} is exact and yours is {off} the count; {hint}".rstrip("; "))
+
+
+def _because(reasons: list[str]) -> Verdict:
+    """One usual slip gives its reason; a value that two slips both give (2048 bytes is TILE = 16's
+    tiles, and TILE = 32's counted in floats) gives each, since either may be the learner's."""
+    reasons = list(dict.fromkeys(reasons))
+    if len(reasons) == 1:
+        return wrong(reasons[0])
+    return wrong("that is what two different slips give: either " + "; or ".join(reasons))
 
 
 def close(answer, want: float, what: str, rtol: float, hints=(), hint: str = "") -> Verdict:
@@ -70,9 +80,9 @@ def close(answer, want: float, what: str, rtol: float, hints=(), hint: str = "")
         return bad
     if abs(got - want) <= rtol * abs(want):
         return right()
-    for value, reason in hints:
-        if abs(got - value) <= rtol * abs(value):
-            return wrong(reason)
+    reasons = [reason for value, reason in hints if abs(got - value) <= rtol * abs(value)]
+    if reasons:
+        return _because(reasons)
     return wrong(f"{what} is off by {abs(got / want - 1) * 100:.2g}% (within {rtol * 100:g}% "
                  f"counts as right); {hint}".rstrip("; "))
 
@@ -87,8 +97,10 @@ def call(fn, *args):
         out = fn(*args)
     except Exception as e:  # the learner's code: any failure is a reason, not a crash
         return None, wrong(f"your function raised {type(e).__name__}: {e}")
-    if unanswered(out):
+    if out is Ellipsis:  # the shipped body, `return ...`: not attempted
         return None, Verdict(NOT_YET)
+    if out is None:  # a body that computes and forgets to return
+        return None, wrong("your function returned None: does it end with `return`?")
     return out, None
 
 

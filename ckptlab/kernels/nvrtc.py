@@ -262,17 +262,25 @@ def compile_file(path, arch: str = "sm_90", backend: str | None = None,
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"path: expected an existing .cu file, got {str(path)!r}")
-    names = arch_support.to_compile(path.name, arch, instantiations)  # refusals: no compiler
-    picked = _pick_backend(backend)
-    label = (f"nvrtc {_nvrtc()[1]} ({_nvrtc()[0]})" if picked == "nvrtc"
-             else f"nvcc {_nvcc_version(shutil.which('nvcc'))}")
-    kept = ptxas_cache.path_for(path, arch, label, names, defines,
-                                _cuda_include_dirs() if picked == "nvrtc" else ())
+    kept, picked, names = kept_path(path, arch, backend, instantiations, defines)
     records = ptxas_cache.load(kept)
     if records is None:
         records = compile_records(path, arch, picked, names, defines)
         ptxas_cache.store(kept, records)
     return records
+
+
+def kept_path(path, arch: str, backend=None, instantiations=None, defines=None) -> tuple:
+    """(where compile_file keeps these records, the backend, the instantiations compiled):
+    what a caller asks to know whether a compile is already on disk."""
+    path = Path(path)
+    names = arch_support.to_compile(path.name, arch, instantiations)  # refusals: no compiler
+    picked = _pick_backend(backend)
+    label = (f"nvrtc {_nvrtc()[1]} ({_nvrtc()[0]})" if picked == "nvrtc"
+             else f"nvcc {_nvcc_version(shutil.which('nvcc'))}")
+    return (ptxas_cache.path_for(path, arch, label, names, defines,
+                                 _cuda_include_dirs() if picked == "nvrtc" else ()),
+            picked, names)
 
 
 def compile_records(path, arch: str = "sm_90", backend: str | None = None,

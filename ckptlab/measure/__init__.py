@@ -7,7 +7,8 @@
     roofline.py  GPU specs with sources, arithmetic intensity, modeled time, MFU/HFU
     occupancy.py launch shapes, registers and shared memory (ptxas), resident blocks per SM
     timemodel.py modeled time: launch cost + waves x roofline, unique/counted bounds; the
-                 naive/stored/flash decomposition; when recompute stops paying
+                 naive/stored/flash decomposition
+    crossing.py  when recompute stops paying: the rule d < 2 R / 3, the modeled recompute gain
     at_scale.py  Korthikanti et al.'s activation memory of a transformer layer at scale
     step_memory.py  a training step's bytes per GPU: model states by ZeRO stage and recipe,
                  activations per pipeline stage, FSDP's gathered units, the loss's buffers

@@ -26,7 +26,9 @@ roofline.SPECS, which cites its sources.
 from __future__ import annotations
 
 import functools
+import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ckptlab.device import KERNELS_DIR
@@ -207,6 +209,38 @@ def _compiled(filename: str, arch: str, names: tuple) -> dict:
     records = nvrtc.compile_file(KERNELS_DIR / filename, arch, instantiations=list(names))
     return {r["kernel"]: {k: r[k] for k in ("registers", "smem", "backend")}
             for r in records if r["kind"] == "kernel"}
+
+
+def prefetch(kernels, arch: str, workers: int | None = None) -> None:
+    """Compile, two or more at a time, the ptxas reports that resources(kernel, arch) will ask
+    for, one per kernel of `kernels` not on disk yet. NVRTC releases the GIL while it compiles,
+    so threads use every core (a cold lab 08 compiles some forty instantiations, about a second
+    each). Failures are left for resources() to raise, one at a time, as it does without this."""
+    if arch not in ARCH_LIMITS:
+        raise ValueError(f"arch: expected one of {sorted(ARCH_LIMITS)}, got {arch!r}")
+    jobs = {(_file_of(base_name(k)), (k,) if "<" in k else ()) for k in kernels}
+    todo = sorted(job for job in jobs if not _on_disk(*job, arch))
+    if len(todo) < 2:
+        return
+
+    def compile_one(job):
+        try:
+            _compiled(job[0], arch, job[1])
+        except Exception:  # noqa: BLE001 - resources() raises it where it is asked for
+            pass
+
+    with ThreadPoolExecutor(workers or min(len(todo), os.cpu_count() or 1)) as pool:
+        list(pool.map(compile_one, todo))
+
+
+def _on_disk(filename: str, names: tuple, arch: str) -> bool:
+    """Whether compile_file already keeps these records (no compiler, or a refused
+    instantiation: say yes, there is nothing to compile ahead)."""
+    try:
+        kept, _, _ = nvrtc.kept_path(KERNELS_DIR / filename, arch, instantiations=list(names))
+    except Exception:  # noqa: BLE001 - no compiler, a refusal: resources() says so itself
+        return True
+    return kept.is_file()
 
 
 @functools.lru_cache(maxsize=None)

@@ -172,14 +172,20 @@ def _bytes_takeaway(n, ys: dict, methods: list) -> str:
 
 
 
-def plot_gain_vs_d(ds, gains: dict, *, title="above 1: recomputing S wins", path=None):
+def plot_gain_vs_d(ds, gains: dict, *, rules: dict | None = None,
+                   title="above 1: recomputing S wins", path=None):
     """The recompute gain (stored time / flash time) against the head dim d: gains[label] =
     (per d from unique bytes, per d from counted), the two bounds of one modeled time. A line
     at the unique bound and a shaded band to the counted one, one colour per label, both in
-    the legend; a grey line at 1 (above it recomputing wins)."""
+    the legend; a grey line at 1 (above it recomputing wins). rules[label] = the head dim the
+    rule of thumb (crossing.rule_of_thumb: 2 R / 3) predicts for that label: a dashed line in
+    its colour, where the unique-bytes line should cross 1."""
     ds = _positive("ds", ds)
     if not isinstance(gains, dict) or not gains:
         raise ValueError(f"gains: expected a dict label -> (unique, counted), got {gains!r}")
+    rules = dict(rules or {})
+    if set(rules) - set(gains):
+        raise ValueError(f"rules: labels {sorted(set(rules) - set(gains))} have no gains")
     fig, ax = _new_axes()
     for k, (label, (unique, counted)) in enumerate(gains.items()):
         lo = _series(f"gains[{label!r}] unique", unique, len(ds))
@@ -187,6 +193,9 @@ def plot_gain_vs_d(ds, gains: dict, *, title="above 1: recomputing S wins", path
         ax.plot(ds, lo, "o-", color=f"C{k}", label=f"{label} (unique bytes)")
         ax.fill_between(ds, np.minimum(lo, hi), np.maximum(lo, hi), color=f"C{k}", alpha=0.2,
                         label=f"{label}: unique to counted bytes")
+        if label in rules:
+            ax.axvline(rules[label], color=f"C{k}", ls="--", lw=1,
+                       label=f"{label}: the rule, d = 2 R / 3 = {rules[label]:.0f}")
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set_xscale("log", base=2)
     ax.set_xticks(ds, [f"{d:g}" for d in ds])
@@ -296,7 +305,7 @@ def plot_memory_trace(traces: dict, phases, *, clocks: dict | None = None, title
     ax.set_ylabel(f"memory held ({unit})")
     ax.set_ylim(bottom=0)
     if title is None:
-        title = _trace_takeaway(ys, spans)
+        title = _trace_takeaway(ys, spans, None if clocks is None else xs)
     return _finish(fig, ax, title, path)
 
 
@@ -314,14 +323,18 @@ def _check_phases(phases, steps: int) -> list:
     return spans
 
 
-def _trace_takeaway(ys: dict, spans: list) -> str:
+def _trace_takeaway(ys: dict, spans: list, xs: dict | None = None) -> str:
+    """The peak, said on the figure's own x axis: after how much work (the FLOP clock), or at
+    which event (no clock), and in which phase."""
     names = list(ys)
     peak = {name: float(y.max()) for name, y in ys.items()}
     if len(names) == 1:
         k = int(np.argmax(ys[names[0]]))
         during = [kind for start, end, kind in spans if start <= k < end]
-        phase = f", during {during[0]}" if during else ""
-        return f"{names[0]} peaks at {_fmt('bytes', peak[names[0]])} at step {k}{phase}"
+        phase = f", during the {during[0]}" if during else ""
+        when = (f"at event {k}" if xs is None else
+                f"after {_fmt('flops', float(xs[names[0]][k]))} of work")
+        return f"{names[0]} peaks at {_fmt('bytes', peak[names[0]])} {when}{phase}"
     a, b = names[0], names[1]
     word = "less" if peak[a] <= peak[b] else "more"
     r = max(peak[a], peak[b]) / max(min(peak[a], peak[b]), 1.0)

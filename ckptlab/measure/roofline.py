@@ -79,25 +79,6 @@ def check_count(name: str, value, *, positive: bool = False) -> float:
     return value
 
 
-def crossing_fraction(launches: list[tuple[float, float]], flash_flops_per_d: float) -> float:
-    """The c for which recompute pays while d < c R: the root of
-    sum_i max(f_i c, s_i) = F c (stored's launches (f_i, s_i) against flash's F, each side in
-    units of 1 / peak per pair, d = c R). The left side is convex and piecewise linear, sum s_i at
-    c = 0, so the root is unique; inf if stored never runs more FLOPs' worth than flash.
-    (timemodel.rule_fraction: launches one after another, each at its own roofline.)"""
-    F = flash_flops_per_d
-    if sum(f for f, _ in launches) >= F:
-        return float("inf")
-    lhs = lambda c: sum(max(f * c, s) for f, s in launches)  # noqa: E731
-    cuts = sorted({s / f for f, s in launches if f > 0} | {0.0})
-    cuts.append(cuts[-1] + 1 + lhs(cuts[-1]) / F)  # past every cut and past the root
-    for a, b in zip(cuts, cuts[1:], strict=False):
-        if lhs(b) <= F * b:  # the root lies in [a, b], where the left side is linear
-            slope = (lhs(b) - lhs(a)) / (b - a)
-            return (lhs(a) - slope * a) / (F - slope)
-    raise AssertionError("unreachable: the left side grows slower than F c past the last cut")
-
-
 def arithmetic_intensity(flops, bytes_moved) -> float:
     """I = FLOPs / bytes of HBM traffic (FLOP per byte)."""
     flops = check_count("flops", flops)

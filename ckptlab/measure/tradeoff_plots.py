@@ -77,6 +77,49 @@ def _check(points) -> list[str]:
     return sources
 
 
+def _time_panel(ax, points, sources, mem, mscale, tscale) -> None:
+    """Memory against time: each source of time a marker shape, modeled bounds and measured
+    spreads as bars, a colour per point."""
+    for i, p in enumerate(points):
+        for j, src in enumerate(sources):
+            if src not in p["times"]:
+                continue
+            t = np.array(p["times"][src], dtype=np.float64) / tscale
+            mid = t[1] if len(t) == 3 else np.sqrt(t[0] * t[-1])  # bar centre on a log axis
+            ax.errorbar([mid], [mem[i] / mscale], xerr=[[mid - t[0]], [t[-1] - mid]],
+                        fmt=MARKERS[j % len(MARKERS)], color=f"C{i}", ms=7, capsize=3)
+    for j, src in enumerate(sources):
+        ax.plot([], [], MARKERS[j % len(MARKERS)], color="0.3", label=src)
+
+
+def _log_axes(ax, memory_label, munit) -> None:
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _plain_log(ax.xaxis)
+    _plain_log(ax.yaxis)
+    ax.set_ylabel(f"{memory_label} ({munit})")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.margins(0.25)
+
+
+def _label(ax, xs, ys, names) -> None:
+    ax.figure.tight_layout()  # the final axes sizes, before the labels are placed
+    for k, text in enumerate(label_points(ax, xs, ys, names)):
+        text.set_color(f"C{k}")
+
+
+def _save_png(fig, path):
+    if path is not None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fig.savefig(path, format="png", dpi=150)
+        except OSError as e:  # a full disk: name the file (the writer does not)
+            e.filename = e.filename or str(path)
+            raise
+    return fig
+
+
 def plot_memory_vs_speed(points, *, memory_label="saved for the backward", title=None,
                          path=None) -> Figure:
     """Two panels: memory against time (each source of time a marker shape; modeled bounds and
@@ -92,36 +135,18 @@ def plot_memory_vs_speed(points, *, memory_label="saved for the backward", title
     fig = Figure(figsize=(10.0, 4.2))
     FigureCanvasAgg(fig)  # a renderer, so the labels can be measured and moved
     ax_t, ax_f = fig.subplots(1, 2)
-    for i, p in enumerate(points):
-        color = f"C{i}"
-        for j, src in enumerate(sources):
-            if src not in p["times"]:
-                continue
-            t = np.array(p["times"][src], dtype=np.float64) / tscale
-            mid = t[1] if len(t) == 3 else np.sqrt(t[0] * t[-1])  # bar centre on a log axis
-            ax_t.errorbar([mid], [mem[i] / mscale], xerr=[[mid - t[0]], [t[-1] - mid]],
-                          fmt=MARKERS[j % len(MARKERS)], color=color, ms=7, capsize=3)
-        ax_f.plot([flops[i] / fscale], [mem[i] / mscale], "o", color=color, ms=7)
-    for j, src in enumerate(sources):
-        ax_t.plot([], [], MARKERS[j % len(MARKERS)], color="0.3", label=src)
+    _time_panel(ax_t, points, sources, mem, mscale, tscale)
+    for i in range(len(points)):
+        ax_f.plot([flops[i] / fscale], [mem[i] / mscale], "o", color=f"C{i}", ms=7)
     for ax in (ax_t, ax_f):
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        _plain_log(ax.xaxis)
-        _plain_log(ax.yaxis)
-        ax.set_ylabel(f"{memory_label} ({munit})")
-        ax.grid(True, which="major", alpha=0.3)
-        ax.margins(0.25)
-    ax_t.set_xlabel(time_label(tunit, [t for p in points for t in p["times"].values()]))
+        _log_axes(ax, memory_label, munit)
+    ax_t.set_xlabel(time_label(tunit, spans))
     ax_t.legend(fontsize=8, loc="best")
     ax_f.set_xlabel(f"hardware FLOPs ({funit}), recompute included")
     names = [p["name"] for p in points]
     left = [min(t[0] for t in p["times"].values()) / tscale for p in points]  # bars' left ends
-    for ax, xs in ((ax_t, left), (ax_f, flops / fscale)):
-        ax.figure.tight_layout()  # the final axes sizes, before the labels are placed
-        texts = label_points(ax, xs, mem / mscale, names)
-        for k, text in enumerate(texts):
-            text.set_color(f"C{k}")
+    _label(ax_t, left, mem / mscale, names)
+    _label(ax_f, flops / fscale, mem / mscale, names)
     ax_t.set_title("memory against speed", fontsize=10)
     ax_f.set_title("memory against FLOPs", fontsize=10)
     if title is None:
@@ -131,12 +156,90 @@ def plot_memory_vs_speed(points, *, memory_label="saved for the backward", title
                  "lower-left is better on both panels")
     fig.suptitle(textwrap.fill(title, 110), fontsize=11)
     fig.tight_layout()
-    if path is not None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fig.savefig(path, format="png", dpi=150)
-        except OSError as e:  # a full disk: name the file (the writer does not)
-            e.filename = e.filename or str(path)
-            raise
-    return fig
+    return _save_png(fig, path)
+
+
+CHECK_MARKERS = {"counted bytes": "o", "unique bytes": "v", "saved bytes": "s", "time": "D"}
+
+
+def plot_memory_vs_speed_at_scale(points, check, *, size: str, memory_label="saved for the "
+                                  "backward", title=None, path=None) -> Figure:
+    """Memory against modeled speed at a size where the model means something (`points`, as
+    plot_memory_vs_speed takes them; `size` says which, "N=4096, B=1 H=16 d=64"), beside the
+    model's check at the sizes that ran (`check`: dicts with method, N, quantity, got and
+    modeled = (lower, upper), memory_speed.check_points): each count or measurement against its
+    model, every point on the diagonal when they agree. Returns the Figure; saves a PNG to
+    `path` when given."""
+    sources = _check(points)
+    if not check:
+        raise ValueError("check: expected the points of the sizes that ran "
+                         "(memory_speed.check_points), got none")
+    mem = np.array([p["memory_bytes"] for p in points], dtype=np.float64)
+    spans = [t for p in points for t in p["times"].values()]
+    mscale, munit = unit("bytes", mem.max())
+    tscale, tunit = unit("seconds", max(max(t) for t in spans))
+    fig = Figure(figsize=(10.0, 4.4))
+    FigureCanvasAgg(fig)
+    ax_t, ax_c = fig.subplots(1, 2)
+    _time_panel(ax_t, points, sources, mem, mscale, tscale)
+    _log_axes(ax_t, memory_label, munit)
+    ax_t.set_xlabel(time_label(tunit, spans))
+    ax_t.legend(fontsize=8, loc="best")
+    ax_t.set_title(f"memory against speed at {size}", fontsize=10)
+    worst = _check_panel(ax_c, check, [p.get("method", p["name"]) for p in points])
+    left = [min(t[0] for t in p["times"].values()) / tscale for p in points]
+    _label(ax_t, left, mem / mscale, [p["name"] for p in points])
+    if title is None:
+        title = at_scale_takeaway(points, size)
+    fig.suptitle(textwrap.fill(title + f"; the model's check: {worst}", 110), fontsize=11)
+    fig.tight_layout()
+    return _save_png(fig, path)
+
+
+def _check_panel(ax, check, methods) -> str:
+    """Each checked quantity against its model, log-log, with the diagonal; returns how far the
+    farthest point lies from its model, in words."""
+    colors = {m: f"C{k}" for k, m in enumerate(methods)}
+    got = np.array([c["got"] for c in check], dtype=np.float64)
+    lo = np.array([c["modeled"][0] for c in check], dtype=np.float64)
+    hi = np.array([c["modeled"][1] for c in check], dtype=np.float64)
+    if not (np.all(got > 0) and np.all(lo > 0) and np.all(hi >= lo)):
+        raise ValueError("check: expected positive values and modeled = (lower, upper)")
+    for c, g, a, b in zip(check, got, lo, hi, strict=True):
+        mid = np.sqrt(a * b)
+        ax.errorbar([mid], [g], xerr=[[mid - a], [b - mid]], fmt=CHECK_MARKERS[c["quantity"]],
+                    color=colors.get(c["method"], "0.3"), ms=6, capsize=2, alpha=0.85)
+    edge = [min(got.min(), lo.min()) / 1.5, max(got.max(), hi.max()) * 1.5]
+    ax.plot(edge, edge, color="0.5", lw=0.8, ls="--", label="= its model")
+    for q in dict.fromkeys(c["quantity"] for c in check):
+        ax.plot([], [], CHECK_MARKERS[q], color="0.3", label=q)
+    for m in dict.fromkeys(c["method"] for c in check):
+        ax.plot([], [], "s", color=colors.get(m, "0.3"), ms=5, label=m)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("modeled (traffic models; times: lower-upper)")
+    where = sorted({c["source"] for c in check})
+    ax.set_ylabel(" and ".join(where).replace("emulator", "counted by the emulator")
+                  .replace("measured", "measured on this GPU"))
+    ns = sorted({c["N"] for c in check})
+    ax.set_title(f"the model's check at N = {', '.join(map(str, ns))}", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(True, which="major", alpha=0.3)
+    off = np.where(got < lo, lo / got - 1, np.where(got > hi, got / hi - 1, 0.0))
+    return ("every count equals its model" if off.max() == 0 and "time" not in
+            {c["quantity"] for c in check} else f"at most {off.max():.1%} outside the model")
+
+
+def at_scale_takeaway(points, size: str) -> str:
+    """What the figure shows, in numbers: the method that holds least against the one that
+    holds most, in memory and in time (the first source's lower bounds)."""
+    mem = [p["memory_bytes"] for p in points]
+    src = next(iter(points[0]["times"]))
+    t = [p["times"][src][0] for p in points]
+    least, most = int(np.argmin(mem)), int(np.argmax(mem))
+    ratio = t[least] / t[most]
+    speed = (f"{1 / ratio:.2g}x faster" if ratio < 1 else f"{ratio:.2g}x slower"
+             if ratio > 1 else "as fast")
+    where = src.replace(" (modeled)", "") + (", modeled" if "modeled" in src else "")
+    return (f"at {size}: {points[least]['name']} holds {mem[most] / mem[least]:.3g}x less "
+            f"than {points[most]['name']} and is {speed} ({where}, lower bound)")

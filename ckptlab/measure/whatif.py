@@ -6,7 +6,7 @@ that stored P itself in 16 bits would move 2 bytes a score where these move 4, w
 launches, tiles and FLOPs (the backward would skip one exp a score, which the model does not
 count anyway). stored_p16_time is stored's modeled forward + backward with every byte of S
 halved; everything else is timemodel.method_time's. The rule it obeys: recompute pays while
-d < R / 3 (timemodel.rule_of_thumb(..., score_bytes=2)).
+d < R / 3 (crossing.rule_of_thumb(..., score_bytes=2)).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def stored_p16_time(B, H, Nq, Nk, d, device, *, causal=False, deterministic=Fals
 
 
 def add_p16_gains(rows: list[dict]) -> list[dict]:
-    """Each row of timemodel.recompute_gains with gain_p16_unique: the 16-bit-P what-if's
+    """Each row of crossing.recompute_gains with gain_p16_unique: the 16-bit-P what-if's
     modeled time (unique bytes) over flash's."""
     for r in rows:
         t = stored_p16_time(r["B"], r["H"], r["N"], r["N"], r["d"], r["gpu"],

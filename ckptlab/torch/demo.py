@@ -50,7 +50,7 @@ from ckptlab.torch.training import (
 def train(rank: int, nproc: int, cfg: Config, ddp: bool = True) -> dict:
     """This rank's part of the run: its losses (averaged over the ranks), its measured peaks
     of saved bytes per step and ckptlab's prediction for its plan. The emulator runs without
-    its shared-memory race check (a tool for writing kernels, labs 3-7 and the tests): this
+    its shared-memory race check (a tool for writing kernels, labs 1-7 and the tests): this
     trains, twice as fast."""
     with emu.settings(race_check=False):
         return _train(rank, nproc, cfg, ddp)

@@ -1,4 +1,4 @@
-"""Worked solutions of labs/09_schedules_and_budgets.ipynb (try the exercises first).
+"""Worked solutions of labs/10_schedules_and_budgets.ipynb (try the exercises first).
 tests/test_exercises.py holds them to ckptlab's checkers, on the notebook's own chain."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Worked solutions of labs/11_take_it_to_pytorch.ipynb (try the exercises first).
+"""Worked solutions of labs/12_take_it_to_pytorch.ipynb (try the exercises first).
 tests/test_exercises.py holds them to ckptlab's checkers, on the notebook's own model."""
 
 from ckptlab.recompute.checkpoint import Seg
@@ -25,7 +25,7 @@ def notebook_profile():
 # noise (B, D) in fp32. 4 B D + 16 B D + 4 B D = 24 B D = 49,152 bytes for B = 32, D = 64.
 answer_1 = 4 * B * D + 4 * B * 4 * D + 4 * B * D
 
-# Exercise 2. As in lab 09: the last blocks are freed first in the backward, so keep them plain
+# Exercise 2. As in lab 10: the last blocks are freed first in the backward, so keep them plain
 # and checkpoint the first ones in pairs. Blocks 4 and 5 plain, 0-3 in two segments: the peak
 # is the three held inputs plus two blocks' activations, and 4 of the 6 blocks are recomputed
 # (sqrt recomputes all 6).

@@ -1,4 +1,4 @@
-"""Worked solutions of labs/08_segment_checkpointing.ipynb (try the exercises first).
+"""Worked solutions of labs/09_segment_checkpointing.ipynb (try the exercises first).
 tests/test_exercises.py holds them to ckptlab's checkers, on the notebook's own chain."""
 
 from math import sqrt

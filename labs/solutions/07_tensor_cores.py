@@ -1,4 +1,4 @@
-"""Worked solutions of labs/10_tensor_cores.ipynb, derived by hand from the headers of
+"""Worked solutions of labs/07_tensor_cores.ipynb, derived by hand from the headers of
 kernels/wmma_gemm.cu and kernels/attn_flash_*.cu (try the exercises first).
 tests/test_exercises.py holds them to ckptlab's checkers."""
 
@@ -33,8 +33,3 @@ def flash_bytes(N: int, d: int, e: int) -> int:
 
 answer_2 = flash_bytes(1024, 64, 2) / flash_bytes(1024, 64, 4)  # 0.5031: L and D stay fp32
 
-
-# Exercise 3. Hardware FLOPs per (i, j) pair (whole tiles; N = 1024 divides them): forward S
-# and P V, 4 d; dK/dV kernel S (recomputed), dP, dV, dK, 8 d; deterministic dQ kernel S and dP
-# again and dQ, 6 d: 18 d per pair, over N^2 pairs. Bytes: exercise 2's bf16 count.
-answer_3 = 18 * 64 * 1024**2 / flash_bytes(1024, 64, 2)  # 53.2 FLOP per byte

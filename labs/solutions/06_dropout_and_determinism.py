@@ -1,4 +1,4 @@
-"""Worked solutions of labs/07_dropout_and_determinism.ipynb (try the exercises first).
+"""Worked solutions of labs/06_dropout_and_determinism.ipynb (try the exercises first).
 tests/test_exercises.py holds them to ckptlab's checkers."""
 
 
