@@ -12,7 +12,7 @@
 // Masked entries have P_ij = 0, so dS_ij = 0 there; a row that sees no key has P = 0 and gets
 // dQ = 0. Shapes: Q, dQ, O, dO (B, H, Nq, d); K, V, dK, dV (B, H, Nk, d); fp32, contiguous.
 //
-// Global bytes (fp32, per (b, h), T = NAIVE_TILE; exact formulas in ckptlab/traffic.py):
+// Global bytes (fp32, per (b, h), T = NAIVE_TILE; exact formulas in ckptlab/measure/traffic.py):
 //   dv: P Nq*Nk*ceil(d/T), dO Nq*d*ceil(Nk/T) read;  dV Nk*d written
 //   dp: dO Nq*d*ceil(Nk/T), V Nk*d*ceil(Nq/T) read;  dP Nq*Nk written
 //   ds: P and dP 2*Nq*Nk each read (pass 1 for D, pass 2 for dS);  dS Nq*Nk written

@@ -11,7 +11,7 @@
 // Dropout: P_dropped_ij = P_ij * Z_ij / (1 - p) with Z from Philox (philox.cuh), index
 // ((b*H + h)*Nq + i)*Nk + j. P itself is stored undropped; every consumer regenerates Z.
 //
-// Global bytes (fp32, per (b, h), T = NAIVE_TILE; the exact formulas are ckptlab/traffic.py):
+// Global bytes (fp32, per (b, h), T = NAIVE_TILE; the exact formulas are ckptlab/measure/traffic.py):
 //   scores:  Q  Nq*d*ceil(Nk/T) read,  K  Nk*d*ceil(Nq/T) read,  S  Nq*Nk written
 //   softmax: S  2*Nq*Nk read (one pass for m and l, one to write P),  P  Nq*Nk written
 //   pv:      P  Nq*Nk*ceil(d/T) read,  V  Nk*d*ceil(Nq/T) read,  O  Nq*d written
