@@ -22,6 +22,7 @@ from ckptlab.exercises.verdict import (
     unanswered,
     wrong,
 )
+from ckptlab.exercises.write import in_notebook as write_kernel  # noqa: F401 (the labs' kernel cells)
 from ckptlab.measure import roofline, traffic
 
 
@@ -202,3 +203,4 @@ def sgemm_shared_bytes(answer, tile: int = 32) -> Verdict:
         (2 * tile * tile, "that counts floats: 4 bytes each"),
         (2 * 16 * 16 * traffic.BYTES, "that is TILE = 16, the file's default"),
     ], hint="__shared__ float As[TILE][TILE], Bs[TILE][TILE]")
+

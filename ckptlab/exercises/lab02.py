@@ -7,6 +7,7 @@ reference), never typed in, so an exercise follows the kernels if they change.
 from __future__ import annotations
 
 from ckptlab.exercises.verdict import Verdict, exact
+from ckptlab.exercises.write import in_notebook as write_kernel  # noqa: F401 (the labs' kernel cells)
 from ckptlab.kernels import table
 from ckptlab.measure import traffic
 from ckptlab.measure.plots import fit_loglog_slope
@@ -50,3 +51,4 @@ def traffic_exponent(answer, d: int = 64) -> Verdict:
     return exact(answer, want, "the exponent", hints=[
         (1, "1 would mean only N x d arrays move; S, P, dP and dS are N x N"),
     ], hint="what shape do S and P have?")
+

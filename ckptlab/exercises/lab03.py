@@ -10,6 +10,7 @@ import numpy as np
 
 from ckptlab import reference
 from ckptlab.exercises.verdict import Verdict, array, call, exact, rel_err, right, wrong
+from ckptlab.exercises.write import in_notebook as write_kernel  # noqa: F401 (the labs' kernel cells)
 from ckptlab.measure import traffic
 
 
@@ -57,3 +58,4 @@ def store_p_reads(answer, B: int, H: int, N: int, d: int) -> Verdict:
         (want / traffic.BYTES, "that counts elements: fp32 is 4 bytes each"),
     ], hint="which launches take P? attn_naive_bwd_dv (a tiled matmul) and attn_naive_bwd_ds "
             "(two passes)")
+

@@ -20,6 +20,7 @@ from ckptlab.exercises.verdict import (
     unanswered,
     wrong,
 )
+from ckptlab.exercises.write import in_notebook as write_kernel  # noqa: F401 (the labs' kernel cells)
 from ckptlab.kernels import table
 from ckptlab.measure import traffic
 
@@ -139,3 +140,4 @@ def flash_saved_bytes(answer, B: int, H: int, N: int, d: int) -> Verdict:
         (want + traffic.BYTES * B * H * N * N, "nothing N x N is kept: P is recomputed"),
         (want / traffic.BYTES, "that counts elements: fp32 is 4 bytes each"),
     ], hint="O has shape (B, H, N, d) and L shape (B, H, N)")
+

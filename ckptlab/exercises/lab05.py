@@ -8,6 +8,7 @@ exercise follows the kernels if they change.
 from __future__ import annotations
 
 from ckptlab.exercises.verdict import Verdict, exact
+from ckptlab.exercises.write import in_notebook as write_kernel  # noqa: F401 (the labs' kernel cells)
 from ckptlab.measure import traffic
 
 
@@ -44,3 +45,4 @@ def recompute_bytes_saved(answer, B: int, H: int, N: int, d: int) -> Verdict:
          "stored against flash (same tiles, same launches)"),
     ], hint="subtract the two methods' traffic.totals(traffic.launches(...))['bytes'], or count "
             "what stored moves that flash does not")
+

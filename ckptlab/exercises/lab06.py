@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ckptlab import rng
 from ckptlab.exercises.verdict import Verdict, close, exact
+from ckptlab.exercises.write import in_notebook as write_kernel  # noqa: F401 (the labs' kernel cells)
 from ckptlab.measure import traffic
 
 
@@ -32,3 +33,4 @@ def deterministic_flops_ratio(answer, B: int = 64, H: int = 16, N: int = 1024,
         (1.0, "the deterministic dq kernel recomputes S and dP = dO V^T a second time"),
     ], hint="count the matmuls each backward runs per (i, j) pair, 2 d FLOPs each: which "
             "does the deterministic dq kernel run that the atomic backward does not?")
+

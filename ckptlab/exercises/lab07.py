@@ -9,6 +9,7 @@ change.
 from __future__ import annotations
 
 from ckptlab.exercises.verdict import Verdict, close, exact
+from ckptlab.exercises.write import in_notebook as write_kernel  # noqa: F401 (the labs' kernel cells)
 from ckptlab.measure import traffic, traffic_tc
 
 
@@ -45,4 +46,5 @@ def bf16_bytes_ratio(answer, B: int = 1, H: int = 1, N: int = 1024, d: int = 64)
         (0.25, "only the element size changes (4 -> 2 bytes), not the number of reads"),
     ], hint="sum each pair's bytes launch by launch: 2-byte Q, K, V, O, dO, gradients, "
             "4-byte L and D")
+
 

@@ -7,6 +7,7 @@ reference), never typed in, so an exercise follows the kernels if they change.
 from __future__ import annotations
 
 from ckptlab.exercises.verdict import NOT_YET, Verdict, close, number, right, unanswered, wrong
+from ckptlab.exercises.write import in_notebook as write_kernel  # noqa: F401 (the labs' kernel cells)
 from ckptlab.recompute import schedules
 
 
@@ -44,3 +45,4 @@ def checkpoint_flops_ratio(answer, prof) -> Verdict:
         (2.0, "the recompute is one more forward per block, not a forward and a backward"),
         (1.5, "a backward costs about twice a forward, so a step is about three forwards"),
     ], hint="hardware = model + one extra forward of the blocks; backward ~ 2 x forward")
+

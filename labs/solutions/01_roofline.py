@@ -6,6 +6,7 @@ the value at the notebook's sizes. tests/test_exercises.py holds them to ckptlab
 """
 
 from math import ceil
+from pathlib import Path
 
 from ckptlab.exercises.lab01 import racy_sgemm_source  # the exercise's input, not its answer
 
@@ -70,3 +71,8 @@ def sgemm_shared_bytes(tile: int) -> int:
 
 
 answer_6 = sgemm_shared_bytes(32)  # 8192
+
+# Exercise 7. The kernel you write is the lab's own: labs/exercises/row_softmax.cu is
+# kernels/softmax_rows.cu with the lesson's lines cut out, so the solution is that file
+# (`python -m ckptlab exercise solution row_softmax` shows just the lines you write).
+answer_7 = str(Path(__file__).resolve().parents[2] / "kernels" / "softmax_rows.cu")

@@ -3,6 +3,7 @@ kernels/attn_naive_fwd.cu (try the exercises first). tests/test_exercises.py hol
 ckptlab's checkers."""
 
 from math import ceil
+from pathlib import Path
 
 BYTES = 4  # fp32
 T = 16  # NAIVE_TILE: the naive matmuls' output tile
@@ -29,3 +30,8 @@ answer_2 = naive_saved_bytes(64, 16, 1024, 64)  # 4,294,967,296 bytes = 4 GiB
 # Exercise 3. S, P, dP and dS are N x N, and the matmuls re-read Q, K, V, dO once per 16-wide
 # tile of the other side (N^2 d / 16): every large term is N^2, so p = 2.
 answer_3 = 2
+
+# Exercise 4. The kernel you write is the lab's own: labs/exercises/naive_softmax.cu is
+# kernels/attn_naive_fwd.cu with the lesson's lines cut out, so the solution is that file
+# (`python -m ckptlab exercise solution naive_softmax` shows just the lines you write).
+answer_4 = str(Path(__file__).resolve().parents[2] / "kernels" / "attn_naive_fwd.cu")

@@ -1,6 +1,8 @@
 """Worked solutions of labs/04_flash_forward.ipynb (try the exercises first).
 tests/test_exercises.py holds them to ckptlab's checkers."""
 
+from pathlib import Path
+
 import numpy as np
 
 BYTES = 4  # fp32
@@ -39,3 +41,8 @@ def flash_saved_bytes(B: int, H: int, N: int, d: int) -> int:
 
 
 answer_3 = flash_saved_bytes(64, 16, 1024, 64)  # 272,629,760 bytes = 260 MiB, vs 4 GiB for P
+
+# Exercise 4. The kernel you write is the lab's own: labs/exercises/flash_forward.cu is
+# kernels/attn_flash_fwd.cu with the lesson's lines cut out, so the solution is that file
+# (`python -m ckptlab exercise solution flash_forward` shows just the lines you write).
+answer_4 = str(Path(__file__).resolve().parents[2] / "kernels" / "attn_flash_fwd.cu")

@@ -2,6 +2,8 @@
 kernels/attn_*.cu (try the exercises first). tests/test_exercises.py holds them
 to ckptlab's checkers."""
 
+from pathlib import Path
+
 BYTES = 4  # fp32
 
 
@@ -22,3 +24,8 @@ def recompute_bytes_saved(B: int, H: int, N: int, d: int) -> int:
 
 
 answer_2 = recompute_bytes_saved(1, 1, 300, 64)  # 720,000 bytes (d does not enter)
+
+# Exercise 3. The kernel you write is the lab's own: labs/exercises/flash_backward.cu is
+# kernels/attn_flash_bwd.cu with the lesson's lines cut out, so the solution is that file
+# (`python -m ckptlab exercise solution flash_backward` shows just the lines you write).
+answer_3 = str(Path(__file__).resolve().parents[2] / "kernels" / "attn_flash_bwd.cu")

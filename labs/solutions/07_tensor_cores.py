@@ -3,6 +3,7 @@ kernels/wmma_gemm.cu and kernels/attn_flash_*.cu (try the exercises first).
 tests/test_exercises.py holds them to ckptlab's checkers."""
 
 from math import ceil
+from pathlib import Path
 
 T = 16  # the C tile of wmma_gemm.cu (and sgemm_tiled.cu)
 
@@ -33,3 +34,7 @@ def flash_bytes(N: int, d: int, e: int) -> int:
 
 answer_2 = flash_bytes(1024, 64, 2) / flash_bytes(1024, 64, 4)  # 0.5031: L and D stay fp32
 
+# Exercise 3. The kernel you write is the lab's own: labs/exercises/wmma_tile.cu is
+# kernels/wmma_gemm.cu with the lesson's lines cut out, so the solution is that file
+# (`python -m ckptlab exercise solution wmma_tile` shows just the lines you write).
+answer_3 = str(Path(__file__).resolve().parents[2] / "kernels" / "wmma_gemm.cu")

@@ -2,6 +2,7 @@
 tests/test_exercises.py holds them to ckptlab's checkers, on the notebook's own chain."""
 
 from math import sqrt
+from pathlib import Path
 
 import numpy as np
 
@@ -45,3 +46,7 @@ answer_1 = least_peak_k(notebook_profile())  # 16
 # matmuls). sqrt recomputes every block's forward once: hardware = 2 F + B, so
 # hardware / model = (2 F + B) / (F + B) = 4 / 3.
 answer_2 = 4 / 3
+
+# Exercise 3. checkpoint() by hand: labs/solutions/checkpoint.py, the file the exercise
+# labs/exercises/checkpoint.py is cut from.
+answer_3 = str(Path(__file__).resolve().parent / "checkpoint.py")
