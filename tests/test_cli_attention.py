@@ -8,7 +8,7 @@ import io
 
 import pytest
 
-from ckptlab.cli import bench_attention, fig2, tour
+from ckptlab.cli import attention_figures, bench_attention, fig2, tour
 from ckptlab.cli import main as cli
 from ckptlab.measure import roofline, timemodel
 
@@ -115,7 +115,7 @@ def test_bench_attention_causal_deterministic_odd_and_figures(tmp_path, capsys):
     for n in ("33", "65"):
         re = {r["impl"]: int(r["recompute_flops"]) for r in rows if r["N"] == n}
         assert re["naive"] == 0 < re["stored"] < re["flash"], re
-    for name in bench_attention.FIGURES:
+    for name in attention_figures.FIGURES:
         p = png / name
         assert p.read_bytes().startswith(PNG_MAGIC) and p.stat().st_size > 10_000
 
@@ -127,7 +127,7 @@ def test_png_is_a_folder_for_both_benches(tmp_path, capsys, monkeypatch):
     rc, out, _ = run_cli(capsys, "bench", "attention", "--n", "32", "--d", "32", "--impl",
                          "flash,stored", "--png")
     assert rc == 0 and "wrote attention_memory_vs_speed.png" in out
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(bench_attention.FIGURES)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(attention_figures.FIGURES)
     rc, out, _ = run_cli(capsys, "bench", "checkpoint", "--layers", "2", "--width", "8",
                          "--batch", "4", "--no-torch", "--repeats", "1", "--schedule",
                          "none,sqrt", "--png", "ck")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ckptlab import kernels
-from ckptlab.cli import bench_attention
+from ckptlab.cli import attention_figures, bench_attention
 from ckptlab.kernels import flash_tc
 from ckptlab.measure import memory_speed, timemodel
 
@@ -52,7 +52,7 @@ def test_bench_attentions_figure_is_drawn_at_scale_with_the_counts_beside():
     """The default run (B = H = 1, N = 64, 128) is far from filling a wave: the figure models
     B = 1, H = 16, N = 4096 instead, says so, and checks the model against the counts."""
     rows = bench_attention.sweep([64, 128], B=1, H=1, d=64, gpus=GPUS, progress=False)
-    fig = bench_attention.plot_memory_vs_speed(rows)
+    fig = attention_figures.plot_memory_vs_speed(rows)
     title = fig._suptitle.get_text().replace("\n", " ")
     assert "N=4096, B=1 H=16 d=64" in title and "every count equals its model" in title, title
     for stale in ("means something", "not a prediction", "a guide"):

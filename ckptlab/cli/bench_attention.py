@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from tqdm import tqdm
 
 from ckptlab import device, emu, kernels, measure
+from ckptlab.cli.attention_figures import FIGURES, figures
 from ckptlab.cli.report import (
     check_fits,
     fmt_bytes,
@@ -44,7 +44,7 @@ from ckptlab.cli.report import (
     writable_folder,
     write_csv,
 )
-from ckptlab.measure import memory_speed, roofline, timemodel, traffic
+from ckptlab.measure import roofline, timemodel, traffic
 
 IMPLS = timemodel.CHAIN  # naive, stored, flash
 DEFAULT_GPUS = ("A100-SXM4-80GB", "H200-SXM-141GB")
@@ -260,80 +260,6 @@ def model_note(rows: list[dict]) -> str:
             f"at B={r0['B']} H={r0['H']} every launch fills a wave on {short(gpu)} from {where}"
             + ("; below that the model mostly counts launch costs and partial waves: a guide, "
                "not a prediction" if small else ""))
-
-
-def bytes_by_source(rows: list[dict]) -> dict:
-    """{method: {source: bytes per N}} for plots.plot_bytes_vs_n (None where a source is
-    absent)."""
-    out: dict = {}
-    for r in rows:
-        by = out.setdefault(r["impl"], {})
-        by.setdefault(r["bytes_source"], []).append(r["counted_bytes"])
-        by.setdefault("unique", []).append(r["unique_bytes"])
-        if "measured_bytes" in r:
-            by.setdefault("measured", []).append(r["measured_bytes"])
-    return out
-
-
-FIGURES = ("attention_memory_vs_speed.png", "attention_bytes_vs_n.png")  # what --png DIR holds
-
-
-def at_scale(rows: list[dict]) -> tuple[int, int, int, bool]:
-    """(B, H, N, own) of the memory-against-speed figure: the run's own size (own = True) when
-    its largest N fills every launch's waves and exceeds the L2 on every modeled GPU, else the
-    size memory_speed.at_scale_size picks (B = 1, H = 16, N >= 4096), modeled."""
-    r0 = rows[0]
-    gpus = r0["modeled_gpus"].split(",")
-    impls = sorted({r["impl"] for r in rows})
-    big = max(r["N"] for r in rows)
-    try:
-        mine = memory_speed.at_scale_size(gpus, r0["d"], r0["B"], r0["H"], n_min=big,
-                                          methods=impls)
-    except ValueError:  # no N fills the waves at this B, H
-        mine = None
-    if mine == big:
-        return r0["B"], r0["H"], big, True
-    B, H = memory_speed.AT_SCALE["B"], memory_speed.AT_SCALE["H"]
-    return B, H, memory_speed.at_scale_size(gpus, r0["d"], B, H, methods=impls), False
-
-
-def plot_memory_vs_speed(rows: list[dict], path=None):
-    """Memory against speed where the bargain holds, beside the model's check (module
-    docstring, --png); returns the Figure."""
-    from ckptlab.measure import tradeoff_plots
-
-    r0 = rows[0]
-    gpus = r0["modeled_gpus"].split(",")
-    impls = [m for m in IMPLS if any(r["impl"] == m for r in rows)]
-    B, H, N, own = at_scale(rows)
-    points = memory_speed.at_scale_points(B, H, N, r0["d"], gpus, methods=impls,
-                                          causal=r0["causal"], deterministic=r0["deterministic"])
-    if own and "time_s" in r0:  # the run measured this very size: its times beside the model's
-        for p in points:
-            r = next(r for r in rows if r["N"] == N and r["impl"] == p["method"])
-            p["times"]["measured"] = (r["time_p10_s"], r["time_s"], r["time_p90_s"])
-    size = (f"N={N}, B={B} H={H} d={r0['d']}" + (", causal" if r0["causal"] else "")
-            + (", deterministic dQ" if r0["deterministic"] else ""))
-    return tradeoff_plots.plot_memory_vs_speed_at_scale(
-        points, memory_speed.check_points(rows), size=size, path=path)
-
-
-def figures(rows: list[dict], folder) -> list[Path]:
-    """FIGURES into `folder`: memory against speed (plot_memory_vs_speed), bytes against N."""
-    from ckptlab.measure import plots
-
-    out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / name for name in FIGURES]
-    plot_memory_vs_speed(rows, paths[0])
-    plots.plot_bytes_vs_n(sorted({r["N"] for r in rows}), bytes_by_source(rows), path=paths[1])
-    return paths
-
-
-def bytes_figure(path) -> Path:
-    """Where --png FILE draws bytes against N: beside FILE, FILE's stem + '_bytes_vs_n.png'."""
-    path = Path(path)
-    return path.with_name(path.stem + "_bytes_vs_n.png")
 
 
 def impl_list(text: str) -> list[str]:

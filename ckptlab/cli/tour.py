@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from ckptlab import device, engine
+from ckptlab.cli import attention_figures as figures_of_attention
 from ckptlab.cli import bench_attention, bench_checkpoint, check
 from ckptlab.cli.report import (
     TooBig,
@@ -177,7 +178,7 @@ def attention_figures(rows: list[dict], out: Path) -> list[Path]:
                                     "every launch fills its waves), not measured")
     points = roofline_points(rows)
     plots.plot_roofline(points, gpu, path=paths[2], title=roofline_title(points, gpu, ns[-1]))
-    return paths + bench_attention.figures(rows, out)
+    return paths + figures_of_attention.figures(rows, out)
 
 
 def sweep_notes(rows: list[dict]) -> str:
