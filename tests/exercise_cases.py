@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ckptlab import device
+from ckptlab.cli.plan import MODELS
 from ckptlab.exercises import (
     appendix_a1,
     lab01,
@@ -69,6 +70,8 @@ with device.use("emu"):  # made at import, before conftest pins a target: on a G
     # detected target would be "cuda"; the notebooks run on the emulator, so the profiles do too
     P9, P10 = S9.notebook_profile(), S10.notebook_profile()  # the chains the notebooks profile
 GPT3 = dict(s=2048, b=1, h=12288, a=96)
+# Lab 14's exercise 3: GPT-3 175B on 128 A100s with 40 GiB each, a batch of 128 sequences
+CLUSTER14 = dict(model=MODELS["gpt3-175b"], gpus=128, gpu="a100", memory_gib=40, batch=128)
 
 CASES = [
     Case("01", 1, lab01.sgemm_bytes, dict(M=40, N=24, K=56), S1.answer_1,
@@ -135,6 +138,10 @@ CASES = [
          S14.answer_1, 16 * S14.GPT3.params()),
     Case("14", 2, lab14.zero1_state_bytes, dict(params=S14.GPT3.params(8), tp=8, dp=128),
          S14.answer_2, 16 * S14.GPT3.params(8) / 128),
+    Case("14", 3, lab14.choose_layout, CLUSTER14, S14.answer_3, (8, 16)),
+    # the same cluster with 80 GiB a GPU: FSDP over d = 16 fits at micro-batch 4, no pipeline
+    Case("14", None, lab14.choose_layout, dict(CLUSTER14, memory_gib=80), (8, 1), (8, 8),
+         "choose_layout 80 GiB"),
     Case("A1", 1, appendix_a1.hfu_over_mfu, dict(B=64, H=16, N=1024, d=64), SA1.answer_1, 10 / 8),
     Case("A1", 2, appendix_a1.fig2_model_gflops, dict(B=64, H=16, N=1024, d=64), SA1.answer_2,
          66.6),

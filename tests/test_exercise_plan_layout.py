@@ -2,6 +2,8 @@
 ckptlab's model, wrong with the reason (never the answer) for a layout that is not one, does
 not fit, or is slower, and for malformed answers; never raises."""
 
+import re
+
 import pytest
 
 from ckptlab.cli import plan
@@ -60,3 +62,20 @@ def test_malformed_answers_are_wrong_with_the_reason(answer):
 @pytest.mark.parametrize("answer", [None, ...])
 def test_unanswered(answer):
     assert plan_layout.choose_layout(answer, **CLUSTER) == "not answered yet"
+
+
+def test_a_layout_only_pruned_is_never_said_not_to_fit():
+    """A (t, p) whose every micro-batch the planner pruned unevaluated (its matmuls alone slower
+    than the runner-up's step) is not said to miss the memory: at t = 1, p = 32 on 80 GiB the
+    peak with every layer recomputed is well under 80 GiB. Every "does not fit M GiB ... X GiB"
+    verdict of the grid has X > M."""
+    pruned = plan_layout.choose_layout((1, 32), **CLUSTER)
+    assert pruned.startswith("wrong, because") and "does not fit" not in pruned
+    assert "matmuls alone" in pruned
+    for t in (1, 2, 4, 8):
+        for p in (1, 2, 4, 8, 16, 32):
+            verdict = plan_layout.choose_layout((t, p), **CLUSTER)
+            m = re.search(r"does not fit (\d+) GiB even recomputing every layer: (\d+) GiB",
+                          verdict)
+            if m:
+                assert int(m.group(2)) > int(m.group(1)), verdict

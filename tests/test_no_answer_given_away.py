@@ -7,8 +7,11 @@ significant digits or 0-3 decimals, with thousands separators, as a percentage, 
 kB ... GB and MFLOP ... TFLOP; a form counts only if the checker itself says "right" to the value
 it reads as (so "0.42" is a form of 5/12, and "0.4" is not). Small whole numbers (a tile size, a
 head dim, a number of segments) are in every shape a lab prints, so they are looked for with the
-symbol the exercise names (`k = 16`, `d = 128`). Some exercises can be given away by their
-computation too (the rule's value 2 R / 3, a formula): those strings are listed per exercise.
+symbol the exercise names (`k = 16`, `d = 128`). A layout (t, p) is looked for as the labs
+write one (`t = 8, p = 4`, the plan's `t=8 +SP p=4 v=2 d=4`, `t 8 x p 4`, `(8, 4)`, and for
+p = 1 the plan's `t=8 +SP d=16`), for every (t, p) the checker accepts. Some exercises can be
+given away by their computation too (the rule's value 2 R / 3, a formula): those strings are
+listed per exercise.
 
 - Messages (default suite): each checker is probed with the usual slips (factors of 2, 4, 8, 1/8,
   100, 1024, off by one, and each exercise's own) and no wrong answer's message may hold a form.
@@ -95,9 +98,29 @@ def candidates(x: float) -> dict[str, float]:
     return out
 
 
+def layout_forms(t: int, p: int) -> list[str]:
+    """Regular expressions of a layout (t, p) as the labs and the plan write one."""
+    end = r"(?![\w]|[.,]\d)"  # the number ends there: "p = 8." is 8, "p = 8.5" and "p = 80" are not
+    out = [rf"\bt\s*=\s*{t}{end}[^\n]{{0,40}}?\bp\s*=\s*{p}{end}",
+           rf"\bt\s*=?\s*{t}\s*[x×]\s*p\s*=?\s*{p}{end}", rf"\(\s*{t}\s*,\s*{p}\s*\)"]
+    if p == 1:  # the plan prints no p without a pipeline
+        out.append(rf"\bt={t}(?: \+SP)? d=")
+    return out
+
+
+def accepted_layouts(case) -> list[tuple[int, int]]:
+    """Every (t, p) the checker says "right" to: t a power of two up to 16, p a divisor of the
+    layers (several layouts can be within the checker's tolerance of the fastest)."""
+    layers = case.kwargs["model"].layers
+    return [(t, p) for t in (1, 2, 4, 8, 16) for p in range(1, layers + 1)
+            if layers % p == 0 and case.checker((t, p), **case.kwargs) == "right"]
+
+
 def forms(case) -> list[str]:
     """Regular expressions of the right answer in every form the checker accepts."""
     x = case.right
+    if isinstance(x, tuple) and len(x) == 2 and all(isinstance(v, int) for v in x):
+        return [f for t, p in accepted_layouts(case) for f in layout_forms(t, p)]
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer,
                                                             np.floating)):
         return []
@@ -147,6 +170,8 @@ OWN_SLIPS = {
     "traffic_exponent": [1, 3, 4],
     "compute_bound_tile": [16, 32, 38, 40, 64],
     "flash_tile_rows": [48, 64, 50, 8],
+    "choose_layout": [(8, 16), (8, 4), (8, 2), (8, 1), (4, 8), (4, 16), (4, 1), (2, 16), (1, 1),
+                      (1, 32), (16, 1), (3, 1), (8, 32), (8, 5), "8,8", (8,), {"t": 8}],
 }
 
 
@@ -207,6 +232,11 @@ def test_the_forms_are_the_ones_a_learner_writes():
     segments = forms(by["09", "least_memory_segments"])
     assert found(segments, "at k = 16 segments") and not found(segments, "(16, 32)")
     assert leaks_in_messages(by["10", "schedule_for_budget"]) == []
+    layout = forms(by["14", "choose_layout"])  # (8, 8), printed the ways a lab prints it
+    for text in ("t=8 +SP p=8 v=4 d=2 ZeRO-1", "ran at t = 8, p = 8.", "(8, 8)", "t 8 x p 8"):
+        assert found(layout, text), text
+    for text in ("t=8 +SP p=16 v=3 d=1", "t = 8, p = 8.5", "p = 8 stages", "t=8 +SP d=16 FSDP"):
+        assert not found(layout, text), text
     assert S10.answer_1  # the plan the DP finds too
 
 

@@ -1,14 +1,18 @@
 """Checkers of labs/14_plan_a_run.ipynb (a whole training step's memory per GPU, and a plan
-for a run), one function per exercise.
+for a run), one function per exercise: zero3_state_bytes (1), zero1_state_bytes (2) and
+choose_layout (3, "choose t and p for a given model and cluster": ckptlab.exercises.plan_layout).
 
-The expected values come from ckptlab itself (the step model in ckptlab.measure.step_memory),
-never typed in.
+The expected values come from ckptlab itself (the step model in ckptlab.measure.step_memory,
+the planner in ckptlab.measure.planner), never typed in.
 """
 
 from __future__ import annotations
 
+from ckptlab.exercises.plan_layout import choose_layout
 from ckptlab.exercises.verdict import Verdict, close
 from ckptlab.measure import step_memory as sm
+
+__all__ = ["choose_layout", "zero1_state_bytes", "zero3_state_bytes"]
 
 
 def zero3_state_bytes(answer, params: int, gpus: int) -> Verdict:

@@ -1,4 +1,4 @@
-"""Checker of the exercise "choose t and p for a given model and cluster" (lab 12).
+"""Checker of the exercise "choose t and p for a given model and cluster" (lab 14).
 
 The learner names a tensor-parallel size t and a pipeline size p for a GPT on N GPUs of M GiB
 with a global batch; data parallelism takes the rest (d = N / (t p)). The expected answer comes
@@ -69,20 +69,21 @@ def choose_layout(answer, model: sm.GPTShape, gpus: int, gpu: str, memory_gib: f
     if chosen is None:
         return wrong("no layout fits this cluster at all: check the memory and the batch you "
                      "were given")
-    mine = [o for lay, o in rows if (lay.tp, lay.pp) == (t, p)]
-    fits = [o for o in mine if isinstance(o, planner.Option)]
+    mine = [(lay, o) for lay, o in rows if (lay.tp, lay.pp) == (t, p)]
+    fits = [o for _, o in mine if isinstance(o, planner.Option)]
     if not fits:
-        reasons = [o for o in mine if isinstance(o, str)]
+        reasons = [o for _, o in mine if isinstance(o, str)]
         if reasons and all(r.startswith("batch") for r in reasons):
             return wrong(f"with t = {t}, p = {p} the data-parallel size d = {gpus // (t * p)} "
                          f"does not divide the batch of {batch}")
         least = min((sm.step_memory(planner.padded(model, t), lay, "bf16", "full",
                                     micro_batches=max(1, batch // (lay.dp * lay.micro_batch)))
-                     for lay, o in rows if (lay.tp, lay.pp) == (t, p) and isinstance(o, str)
-                     and not o.startswith("batch")), key=lambda m: m.peak, default=None)
-        if least is None:  # only pruned: slower than the fastest layouts by their matmuls alone
-            return wrong(f"t = {t}, p = {p} fits, but its matmuls alone take longer than the "
-                         "fastest layouts' whole step: which of t or p leaves the GPUs idle?")
+                     for lay, o in mine if isinstance(o, str) and o.startswith("needs")),
+                    key=lambda m: m.peak, default=None)
+        if least is None:  # every micro-batch pruned unevaluated: its memory is not known
+            return wrong(f"t = {t}, p = {p} cannot be the fastest, whether it fits or not: its "
+                         "matmuls alone take longer than the fastest layouts' whole step. Which "
+                         "of t or p leaves the GPUs idle?")
         term = max(least.terms, key=least.terms.get)
         return wrong(f"t = {t}, p = {p} does not fit {memory_gib:g} GiB even recomputing every "
                      f"layer: {least.peak / 2**30:.0f} GiB, most of it {term}. Which of t, p "
