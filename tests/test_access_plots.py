@@ -21,9 +21,10 @@ def sgemm():
     A = rng.standard_normal((M, K), dtype=np.float32)
     B = rng.standard_normal((K, N), dtype=np.float32)
     C = np.zeros((M, N), np.float32)
-    f = device.load("sgemm_tiled.cu").get_function("sgemm_tiled")
-    with emu.settings(mode="counted", race_check=False), emu.trace() as tr:
-        f((2, 3), (16, 16), (A, B, C, np.int32(M), np.int32(N), np.int32(K)))
+    with device.use("emu"):  # a module fixture runs before conftest pins each test's target
+        f = device.load("sgemm_tiled.cu").get_function("sgemm_tiled")
+        with emu.settings(mode="counted", race_check=False), emu.trace() as tr:
+            f((2, 3), (16, 16), (A, B, C, np.int32(M), np.int32(N), np.int32(K)))
     return tr.last
 
 
