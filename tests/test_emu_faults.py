@@ -63,6 +63,9 @@ extern "C" __global__ void mixed_warp_ops(int* x) {
     if (threadIdx.x < 16) x[threadIdx.x] = __shfl_sync(0xffffffffu, 1, 0);
     else x[threadIdx.x] = __ballot_sync(0xffffffffu, 1);
 }
+extern "C" __global__ void ldg_past_end(const float* in, float* out) {
+    out[threadIdx.x] = __ldg(in + threadIdx.x + 1);         // line 52: the last reads past
+}
 """
 
 
@@ -128,6 +131,16 @@ def test_read_just_before_the_start_of_an_argument(mod):
                        r"out-of-bounds read of 4 bytes .* 4 bytes before the start of argument "
                        r"'in'", line=30)
     assert err.thread == (0, 0, 0)
+
+
+def test_a_fault_inside_an_inlined_emulator_helper_names_the_kernels_line(mod):
+    """__ldg is the emulator's inline function (shim.h): the read past the end happens in its
+    body, and the report names the kernel's line that called it, not shim.h."""
+    err = expect_fault(mod, "ldg_past_end", (1,), (8,),
+                       (np.ones(8, np.float32), np.zeros(8, np.float32)),
+                       r"out-of-bounds read of 4 bytes .* past the end of argument 'in'",
+                       line=53)
+    assert "shim.h" not in str(err) and err.thread == (7, 0, 0)
 
 
 def test_shared_memory_race_between_barriers(mod):

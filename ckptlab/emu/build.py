@@ -263,15 +263,28 @@ def build_module(code: str, name: str, expressions: list[str], options, mode: st
 def source_line(library: Path, pc_offset: int, name: str = "") -> tuple[str | None, int | None]:
     """File and line of an instruction in a built module (addr2line; None where unavailable).
     The kernel file is compiled as kernel.cpp under `#line 1 "<name>"`; addr2line sometimes
-    reports the compiled file's name for it, so that name is mapped back to `name`."""
+    reports the compiled file's name for it, so that name is mapped back to `name`. An
+    instruction of the emulator's own headers inlined into the kernel (a shuffle's body in
+    shim.h) is reported at the kernel's line that called it: the innermost frame of the inline
+    chain (addr2line -i) that is not one of those headers."""
     tool = shutil.which("addr2line")
     if not tool or not pc_offset:
         return None, None
-    proc = subprocess.run([tool, "-e", str(library), hex(pc_offset - 1)],
+    proc = subprocess.run([tool, "-i", "-e", str(library), hex(pc_offset - 1)],
                           capture_output=True, text=True)
-    text = proc.stdout.strip().splitlines()[0] if proc.stdout.strip() else ""
-    m = re.match(r"(.*):(\d+)", text)
-    if not m or m.group(1) == "??":
+    frames = [m for m in (re.match(r"(.*):(\d+)", ln.split(" (discriminator")[0])
+                          for ln in proc.stdout.strip().splitlines())
+              if m and m.group(1) != "??"]
+    if not frames:
         return None, None
+    own = [m for m in frames if not _emulator_header(m.group(1))]
+    m = (own or frames)[0]
     file = os.path.basename(m.group(1))
     return (name or file) if file == "kernel.cpp" else file, int(m.group(2))
+
+
+def _emulator_header(path: str) -> bool:
+    """shim.h or a header of include/: code of the emulator, not of the kernel."""
+    p = Path(path)
+    return p.name == SHIM.name and p.parent.name == HERE.name or p.parent.name == INCLUDE.name \
+        and p.parent.parent.name == HERE.name
