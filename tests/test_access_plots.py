@@ -120,3 +120,19 @@ def test_bad_arguments(sgemm):
         plot_access_map(np.zeros((3, 3)))
     with pytest.raises(ValueError, match="args= names arguments"):
         plot_access_map(sgemm["C"], "C")
+
+
+def test_neighbouring_blocks_get_different_hues():
+    """Up to 10 blocks: tab10's colours. More: tab20's 20, whose entries 2k and 2k + 1 are a
+    dark and a light shade of one hue; blocks b and b + 1 must never be such a pair, and the
+    first 20 blocks get 20 different colours."""
+    from matplotlib import colormaps
+
+    from ckptlab.measure.access_plots import block_colors
+
+    tab10, tab20 = list(colormaps["tab10"].colors), list(colormaps["tab20"].colors)
+    assert block_colors(7) == tab10[:7]
+    colors = block_colors(40)
+    assert len(set(colors[:20])) == 20 and colors[20:] == colors[:20]
+    hue = {c: i // 2 for i, c in enumerate(tab20)}  # the hue pair each tab20 colour is in
+    assert all(hue[colors[b]] != hue[colors[b + 1]] for b in range(39))

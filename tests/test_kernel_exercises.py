@@ -167,6 +167,11 @@ def test_a_fault_shows_the_emulators_message_and_the_lines_around(tmp_path):
     text = str(report)
     assert "out-of-bounds atomic" in text and "'dQ'" in text and "thread (" in text
     assert re.search(r"^\s+\d+ > .*atomicAdd", text, flags=re.M), text
+    # the hint is the one for the fault's kind (an access out of bounds), not a generic one
+    assert report.pattern == "access"
+    ex = write.get("flash_backward")
+    assert f"hint 1: {hints.hint(ex.hints, None, 'access', 1)}" in text.splitlines(), text
+    assert hints.hint(ex.hints, None, "access", 1) != hints.hint(ex.hints, None, "fault", 1)
 
 
 def test_regions_refuse_markers_that_do_not_pair():

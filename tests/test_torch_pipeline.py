@@ -78,6 +78,20 @@ def test_stage_peak_refuses_a_prediction_that_does_not_end_empty():
         pipeline.stage_peak(pred, 2, [("F", 0), ("B", 0)])
 
 
+def test_shared_views_hold_ids_until_the_last_step_and_targets_for_one():
+    """Six steps, three of them the forward (embeddings, a block, the head with its loss): the
+    token ids are saved by the first step and released by the last (held after steps 0..4);
+    the targets are saved by the head's forward (step 2) and released by its backward, the
+    very next step (held after step 2 only)."""
+    pred = Prediction(steps=[("F", 0, 1)] * 3 + [("B", 0, 1)] * 2 + [("B", 0, 0)])
+    first, last = pipeline.shared_views(pred, 3, True, True, ids=8, whole=32)
+    assert (first.own, first.whole, list(first.steps)) == (8, 32, [0, 1, 2, 3, 4])
+    assert (last.own, last.whole, list(last.steps)) == (8, 32, [2])
+    assert pipeline.shared_views(pred, 3, False, False, 8, 32) == []
+    (only,) = pipeline.shared_views(pred, 3, False, True, 8, 32)
+    assert list(only.steps) == [2]
+
+
 @pytest.mark.parametrize("attn,schedule", [
     ("flash", "every(1)"), ("math", "none"),
     pytest.param("flash", "none", marks=pytest.mark.slow),
