@@ -339,11 +339,10 @@ def test_an_endless_loop_is_stopped_by_the_watchdog_at_its_line(tmp_path):
     assert (report.status, report.pattern) == ("fault", "watchdog"), str(report)
     lines = (tmp_path / "row_softmax.cu").read_text().splitlines()
     first = next(i for i, ln in enumerate(lines, 1) if endless in ln)
-    depth, last = 0, first
-    for last, ln in enumerate(lines[first - 1:], first):
-        depth += ln.count("{") - ln.count("}")
-        if depth == 0:
-            break
+    depth, last = 0, first - 1
+    while last == first - 1 or depth > 0:  # to the line that closes the loop's brace
+        last += 1
+        depth += lines[last - 1].count("{") - lines[last - 1].count("}")
     named = re.search(r"row_softmax\.cu:(\d+)\]", str(report))
     assert named and first <= int(named.group(1)) <= last, (first, last, str(report))
     assert re.search(rf"^\s+{named.group(1)} > ", str(report), flags=re.M), str(report)
