@@ -284,7 +284,10 @@ def source_line(library: Path, pc_offset: int, name: str = "") -> tuple[str | No
 
 
 def _emulator_header(path: str) -> bool:
-    """shim.h or a header of include/: code of the emulator, not of the kernel."""
+    """shim.h or a header of include/: code of the emulator, not of the kernel. Matched by the
+    names of the file and its folders, not by the full path: a cached module may have been
+    built from another checkout, whose paths its debug information keeps."""
     p = Path(path)
-    return p.name == SHIM.name and p.parent.name == HERE.name or p.parent.name == INCLUDE.name \
-        and p.parent.parent.name == HERE.name
+    is_shim = p.name == SHIM.name and p.parent.name == HERE.name
+    in_include = p.parent.name == INCLUDE.name and p.parent.parent.name == HERE.name
+    return is_shim or in_include
