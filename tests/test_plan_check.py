@@ -48,10 +48,9 @@ def test_targets(table):
     assert all(r["plan_not_slower"] for r in table)  # the planner never loses to it
     held = [r for r in table if not r["calibration"]]
     assert len(held) == 11
-    within = {r["run"] for r in held if abs(r["error"]) <= 0.15}
-    # reported as they are: Korthikanti's 530B and 1T (2022's software reached 57% HFU, above
-    # what a constant fitted on 2021's runs lets the arithmetic reach) miss; the rest hold
-    assert {r["run"] for r in held} - within == {"530B", "1T"}
+    # every held-out row within 15% (standard attention modeled as the runs launched it:
+    # ckptlab.measure.unfused_attention)
+    assert max(abs(r["error"]) for r in held) <= 0.15, [(r["run"], r["error"]) for r in held]
     for r in table:
         assert r["modeled_tflops"] == pytest.approx(
             pc.counted_flops(published_runs.run(r["run"])) / r["step_s"] / r["gpus"] / 1e12)

@@ -1,7 +1,8 @@
 """ckptlab.measure.step_time on paper: a step's seconds worked by hand, term by term, for every
 parameter that changes them (tensor and sequence parallelism, pipeline stages and virtual
-stages, each ZeRO stage's traffic per micro-batch, recompute, overlap), the attention taken from
-the lab's time model (so FlashAttention wins below d = 2R/3), and bad input refused."""
+stages, each ZeRO stage's traffic per micro-batch, recompute, overlap), standard attention's
+launches (scores, probabilities and dropout through HBM) worked by hand, FlashAttention from
+the lab's time model (so it wins below d = 2R/3), and bad input refused."""
 
 import pytest
 
@@ -14,6 +15,21 @@ PEAK = F * 312e12
 HBM = 2039e9
 NVLINK, IB = 300e9, 25e9
 G = sm.GPTShape(layers=4, hidden=256, heads=4, seq=128, vocab=1024)
+
+
+def unfused(b, heads, s, d, dropout=True):
+    """Standard attention's (forward, backward) seconds by hand: n scores, x elements of each
+    of Q, K, V, O at 2 bytes; 3 us a launch plus max(FLOPs / peak, bytes / HBM)."""
+    n, x, g = b * heads * s * s, b * heads * s * d, 2 * b * heads * s * s * d
+
+    def run(flops, nbytes):
+        return 3e-6 + max(flops / PEAK, nbytes / HBM)
+
+    drop = run(0, 5 * n) if dropout else 0.0  # read 2, write 2 and the 1-byte mask
+    fwd = run(g, 4 * x + 2 * n) + run(0, 4 * n) + drop + run(g, 2 * n + 4 * x)
+    bwd = run(g, 4 * x + 2 * n) + run(g, 2 * n + 4 * x) + drop + run(0, 6 * n) \
+        + 2 * run(g, 2 * n + 4 * x)
+    return fwd, bwd
 
 
 def attention(method, b, heads, s, d, causal):
@@ -32,7 +48,7 @@ def test_one_gpu_by_hand():
                              micro_batches=3, achievable=F)
     lin = 24 * b * s * h * h / PEAK
     head = 2 * b * s * h * V / PEAK
-    af, ab = attention("stored", b, a, s, h // a, causal=False)
+    af, ab = unfused(b, a, s, h // a)
     ew = (4 * 2 + 2 * (3 * 2 + 1) + 14 * 2) * s * b * h / HBM  # 50 bytes a value of s b h
     t = st.terms
     assert t["matmul_f"] == pytest.approx(3 * (L * lin + head))
@@ -53,7 +69,7 @@ def test_recompute_by_hand():
     kw = dict(micro_batches=1, achievable=F)
     none = step_time.step_time(G, sm.Layout(), A100, "bf16", "none", **kw)
     sel = step_time.step_time(G, sm.Layout(), A100, "bf16", "selective", **kw)
-    af, _ = attention("stored", b, a, s, h // a, causal=False)
+    af, _ = unfused(b, a, s, h // a)
     assert sel.terms["recompute"] == pytest.approx(4 * af)
     assert none.terms["recompute"] == 0
     full1 = step_time.step_time(G, sm.Layout(), A100, "bf16", "none", full_layers=1, **kw)
@@ -61,7 +77,7 @@ def test_recompute_by_hand():
     assert full1.terms["recompute"] == pytest.approx(24 * b * s * h * h / PEAK + af + ew)
     # with t = 2 the recomputed forward repeats its two collectives too
     tp1 = step_time.step_time(G, sm.Layout(tp=2), A100, "bf16", "none", full_layers=1, **kw)
-    af2, _ = attention("stored", b, a // 2, s, h // a, causal=False)
+    af2, _ = unfused(b, a // 2, s, h // a)
     ew2 = ((4 * 2 + 2 * 7) * s * b * h + 28 * s * b * h // 2) / HBM
     coll = 2 * (1 / 2) * s * b * h * 2 / NVLINK
     assert tp1.terms["recompute"] == pytest.approx(
@@ -85,7 +101,7 @@ def test_tensor_parallel_by_hand(sp):
     loss = 3 * 2 * (1 / 2) * 4 * s * b / NVLINK
     assert st.terms["tp_f"] == pytest.approx(2 * (2 * L * coll + loss))
     assert st.terms["tp_b"] == pytest.approx(2 * 2 * L * coll)
-    af, _ = attention("stored", b, a // 2, s, h // a, causal=False)
+    af, _ = unfused(b, a // 2, s, h // a)
     assert st.terms["attention_f"] == pytest.approx(2 * L * af)
     lin = 24 * b * s * h * h / 2 / PEAK
     assert st.terms["matmul_f"] == pytest.approx(2 * (L * lin + 2 * b * s * h * V / 2 / PEAK))
@@ -186,3 +202,21 @@ def test_bad_input(kw, message):
     args.update(kw)
     with pytest.raises(ValueError, match=message):
         step_time.step_time(G, sm.Layout(), **args)
+
+
+def test_without_dropout_the_dropout_launches_and_masks_go():
+    """dropout=False: standard attention runs without its two dropout launches and the
+    residual adds write no mask (2 bytes of s b h fewer); flash is unchanged."""
+    b, s, h, a, L = 2, 128, 256, 4, 4
+    kw = dict(micro_batches=1, achievable=F)
+    on = step_time.step_time(G, sm.Layout(micro_batch=b), A100, "bf16", "none", **kw)
+    off = step_time.step_time(G, sm.Layout(micro_batch=b), A100, "bf16", "none", dropout=False,
+                              **kw)
+    af, ab = unfused(b, a, s, h // a, dropout=False)
+    assert (off.terms["attention_f"], off.terms["attention_b"]) == pytest.approx((L * af, L * ab))
+    assert on.terms["attention_f"] > off.terms["attention_f"]
+    assert on.terms["elementwise_f"] - off.terms["elementwise_f"] == pytest.approx(
+        L * 2 * s * b * h / HBM)
+    fl = [step_time.step_time(G, sm.Layout(micro_batch=b), A100, "bf16", "flash", dropout=d,
+                              **kw).terms["attention_f"] for d in (True, False)]
+    assert fl[0] == fl[1]

@@ -119,7 +119,7 @@ def evaluate(model, layout, m, gpu, memory, recipe="bf16", loss="torch", base="n
     if mem.peak > memory:
         return None
     st = step_time.step_time(shaped, layout, gpu, recipe, base, full, m, loss, achievable,
-                             overlap_dp)
+                             overlap_dp, dropout=dropout)
     s, b, h, a = model.seq, layout.micro_batch, model.hidden, model.heads
     per_layer = at_scale.layer_recompute_flops(s, b, h, a, base)
     n = model.layers // layout.pp  # layers on a stage

@@ -10,13 +10,14 @@ Per micro-batch on one pipeline stage (L / p layers), forward then backward:
   matmuls     QKV, projection and MLP, 24 b s h^2 / t a layer forward, twice that backward, and
               the head 2 b s h V / t forward, twice backward (last stage), at ACHIEVABLE x the
               GPU's peak for the recipe's dtype (ckptlab.measure.roofline).
-  attention   the core (Q K^T, softmax, P V) from ckptlab.measure.timemodel, a head's a / t heads
-              at head dim h / a: launches one after another, each a launch cost plus waves at the
-              roofline (its unique-bytes bound), compute at the same ACHIEVABLE. Standard
-              attention (recompute none, selective) is timemodel's "stored": the fused pair that
-              writes the N x N scores to HBM and reads them back, every score computed (as
-              Megatron's masked softmax does); FlashAttention ("flash") is timed causal, masked
-              tiles skipped. Selective recompute reruns the forward launches in the backward.
+  attention   the core (Q K^T, softmax, P V) of a / t heads at head dim h / a. Standard
+              attention (recompute none, selective) as training runs launch it
+              (ckptlab.measure.unfused_attention: Megatron-LM's and PyTorch's math path, the
+              scores, probabilities and their dropout each through HBM, every score computed);
+              FlashAttention ("flash") from ckptlab.measure.timemodel, the lab's tiled kernels
+              timed causal (masked tiles skipped) at their unique-bytes bound. Both: a launch
+              cost, then the roofline, compute at the same ACHIEVABLE. Selective recompute
+              reruns the forward launches in the backward.
   recompute   a layer recomputed whole reruns its forward (matmuls, attention, collectives).
   tensor par. Megatron's two all-reduces of the s b h activations a layer forward, two backward
               (Shoeybi et al. 2019, Fig. 4: the f and g operators), and two more for a layer
@@ -57,7 +58,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from ckptlab.measure import offload, pipeline, roofline, timemodel
+from ckptlab.measure import offload, pipeline, roofline, timemodel, unfused_attention
 from ckptlab.measure import step_memory as sm
 
 LINKS = {  # GPU -> (GPUs a node, bytes/s per direction within a node, across nodes per GPU)
@@ -75,8 +76,8 @@ LINKS = {  # GPU -> (GPUs a node, bytes/s per direction within a node, across no
 # bench plan-check --fit` on the calibration rows named in ckptlab.measure.published_runs
 # (CALIBRATION) and held against the others; tests/test_plan_check.py refits it and fails if
 # this value drifts from the fit.
-ACHIEVABLE = 0.555
-ATTENTION = {"none": "stored", "selective": "stored", "flash": "flash"}  # base -> timemodel's
+ACHIEVABLE = 0.614
+ATTENTION = {"none": "unfused", "selective": "unfused", "flash": "flash"}  # base -> method
 
 
 @functools.lru_cache(maxsize=64)
@@ -94,9 +95,14 @@ def links(gpu) -> tuple[int, float, float]:
 
 @functools.lru_cache(maxsize=4096)
 def attention_s(method: str, b: int, heads: int, s: int, d: int, gpu: str, dtype: str,
-                achievable: float) -> tuple[float, float]:
-    """(forward, backward) seconds of one layer's attention core on one GPU (its `heads`),
-    timemodel's unique-bytes bound; standard attention every score, flash causal."""
+                achievable: float, dropout: bool = True) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer's attention core on one GPU (its `heads`):
+    "unfused" (standard attention, every score, dropout as asked) by unfused_attention,
+    "flash" (causal, the lab's kernels) by timemodel's unique-bytes bound, without dropout (one
+    regenerated from a seed inside the kernel adds no HBM bytes; its random numbers are left
+    out)."""
+    if method == "unfused":
+        return unfused_attention.seconds(b, heads, s, d, gpu, dtype, achievable, dropout)
     mt = timemodel.method_time(method, b, heads, s, s, d, gpu, causal=method == "flash",
                                dtype=dtype, achievable=achievable)
     fwd = sum(x.seconds for x in mt.launches["unique"] if "bwd" not in x.kernel)
@@ -122,19 +128,21 @@ def _ring(n: int) -> float:
     return (n - 1) / n
 
 
-def elementwise_bytes(s: int, b: int, h: int, t: int = 1, sp: bool = False, w: int = 2) -> int:
+def elementwise_bytes(s: int, b: int, h: int, t: int = 1, sp: bool = False, w: int = 2,
+                      dropout: bool = True) -> int:
     """HBM bytes of one layer's forward outside its matmuls and attention core: the fused
     kernels Megatron-LM runs between its GEMMs, each reading its inputs and writing its output
     once (w bytes a value, masks 1 byte). Per s b h: LayerNorm 2 x (read, write) 4w; the two
     bias-dropout-residual adds 2 x (read the output and the residual, write, the mask) 2 (3w + 1)
     (both replicated over t, split with SP); the QKV bias (read, write 3h) 6w and the fused
-    bias-GeLU (read, write 4h) 8w, split over t."""
+    bias-GeLU (read, write 4h) 8w, split over t. Without dropout the adds write no mask."""
     sbh = s * b * h
-    replicated = (4 * w + 2 * (3 * w + 1)) * sbh
+    replicated = (4 * w + 2 * (3 * w + (1 if dropout else 0))) * sbh
     return (replicated // t if sp else replicated) + 14 * w * sbh // t
 
 
-def stage_parts(model, layout, gpu, rec, base, k, loss, stage, achievable) -> dict:
+def stage_parts(model, layout, gpu, rec, base, k, loss, stage, achievable,
+                dropout: bool = True) -> dict:
     """Per micro-batch on pipeline stage `stage`: seconds forward and backward by kind."""
     s, b, h, a, V = model.seq, layout.micro_batch, model.hidden, model.heads, model.vocab
     t, p, v = layout.tp, layout.pp, layout.vp
@@ -147,10 +155,10 @@ def stage_parts(model, layout, gpu, rec, base, k, loss, stage, achievable) -> di
     w = rec.activation
     lin = 24 * b * s * h * h / t / peak  # one layer's forward matmuls
     af, ab = attention_s(ATTENTION[base], b, a // t, s, h // a, spec["name"], dtype,
-                         achievable)
+                         achievable, dropout)
     coll = 2 * _ring(t) * s * b * h * w / intra  # one all-reduce (or its SP pair) of s b h
     hbm = spec["hbm_bytes_per_s"]
-    ew = elementwise_bytes(s, b, h, t, layout.sp, w) / hbm  # one layer's forward
+    ew = elementwise_bytes(s, b, h, t, layout.sp, w, dropout) / hbm  # one layer's forward
     out = dict(matmul_f=n_layers * lin, matmul_b=2 * n_layers * lin,
                attention_f=n_layers * af, attention_b=n_layers * ab,
                elementwise_f=n_layers * ew, elementwise_b=2 * n_layers * ew,
@@ -199,12 +207,14 @@ def _dp(model, layout, gpu, rec, stage, m, backward_s, forward_s,
 def step_time(model: sm.GPTShape, layout: sm.Layout, gpu, recipe="bf16",
               recompute: str = "none", full_layers: int = 0, micro_batches: int = 1,
               loss: str = "torch", achievable: float = ACHIEVABLE,
-              overlap_dp: bool = True) -> StepTime:
+              overlap_dp: bool = True, dropout: bool = True) -> StepTime:
     """The modeled seconds of a step of m = micro_batches micro-batches (each
     layout.micro_batch sequences) on every pipeline; recompute as step_memory's (its per-layer
     choice, with the first full_layers of each chunk recomputed whole). overlap_dp=False: the
     data-parallel traffic waits for the backward to end (Megatron-LM until 2023: its local DDP
-    all-reduced the gradients after the last micro-batch), else it hides as the module says."""
+    all-reduced the gradients after the last micro-batch), else it hides as the module says.
+    dropout: whether the layers apply it (step_memory's; standard attention's dropout launches
+    and the residual adds' masks)."""
     rec = sm.recipe_of(recipe)
     sm._check(model, layout, rec, recompute, "adam", loss, micro_batches)
     if not (isinstance(achievable, (int, float)) and 0 < achievable <= 1):
@@ -216,7 +226,7 @@ def step_time(model: sm.GPTShape, layout: sm.Layout, gpu, recipe="bf16",
     m, p, v = micro_batches, layout.pp, layout.vp
     best = None
     for stage in sorted({0, p - 1}):
-        parts = stage_parts(model, layout, gpu, rec, base, k, loss, stage, achievable)
+        parts = stage_parts(model, layout, gpu, rec, base, k, loss, stage, achievable, dropout)
         total = sum(parts.values())
         if best is None or total > best[1]:
             best = (stage, total, parts)
