@@ -4,7 +4,8 @@ GEMMs' FLOPs, dropout's two launches, the roofline per launch, and bad input ref
 
 import pytest
 
-from ckptlab.measure import timemodel, unfused_attention as ua
+from ckptlab.measure import timemodel
+from ckptlab.measure import unfused_attention as ua
 
 A100 = "A100-SXM4-80GB"
 

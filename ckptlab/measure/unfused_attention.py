@@ -7,7 +7,7 @@ dropout, matmul) launch the same sequence. Per head of one sequence, with N = s^
 w-byte values (2: bf16 / fp16), the dropout mask 1 byte a score:
 
   forward                                    reads                    writes
-    S = Q K^T / sqrt(d)   batched GEMM         Q, K: 2 s d w            S: N w   (beta = 0: C unread)
+    S = Q K^T / sqrt(d)   batched GEMM         Q, K: 2 s d w            S: N w  (beta 0)
     P = softmax(mask(S))  fused kernel         S: N w                   P: N w
     P' = dropout(P)       dropout              P: N w                   P': N w, mask: N
     O = P' V              batched GEMM         P': N w, V: s d w        O: s d w
@@ -19,8 +19,9 @@ w-byte values (2: bf16 / fp16), the dropout mask 1 byte a score:
     dQ = dS K             batched GEMM         dS: N w, K: s d w        dQ: s d w
     dK = dS^T Q           batched GEMM         dS: N w, Q: s d w        dK: s d w
 
-So 6w + 1 bytes a score forward and 9w + 1 backward (13 and 19 at w = 2) beside the four
-GEMMs' 2 N d FLOPs each; without dropout its two launches go (P is used where P' was). Every
+(beta 0: the GEMM does not read its output buffer.) So 6w + 1 bytes a score forward and 9w + 1
+backward (13 and 19 at w = 2) beside the four GEMMs' 2 N d FLOPs each; without dropout its two
+launches go (P is used where P' was). Every
 score is computed and written, causal or not (Megatron's upper-triangular masked softmax writes
 the masked ones as zeros). The saved tensors, P, the mask and P' (5 a s^2 b at w = 2), are
 Korthikanti et al.'s (ckptlab.measure.step_memory).
