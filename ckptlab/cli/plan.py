@@ -13,7 +13,8 @@ stages), data parallelism d with ZeRO stage 0-3 (0-1 with a pipeline), the micro
 each, the recompute that fits the GPU's memory (ckptlab.measure.step_memory: per layer none,
 FlashAttention's or Korthikanti's selective, with the fewest layers recomputed whole). The plan
 printed is the one with the shortest modeled step (ckptlab.measure.step_time: compute at an
-achievable fraction of the peak fitted on published runs, attention from the lab's time model,
+achievable fraction of the peak fitted on published runs, attention launch by launch (standard
+attention as Megatron-LM and PyTorch run it, FlashAttention from the lab's time model),
 element-wise kernels, tensor-parallel, pipeline and data-parallel communication, the bubble),
 then the runner-up (the best other layout) and what made the difference.
 
