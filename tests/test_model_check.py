@@ -118,3 +118,23 @@ def test_paths_are_checked_before_the_work(capsys, tmp_path, monkeypatch, flag, 
     assert msg in captured.err and "\n" not in captured.err.strip()
     if msg != "cannot write it":  # refused before the table was printed
         assert captured.out == ""
+
+
+def test_fig2_standard_attention_against_its_launches():
+    """Fig. 2's 41.7 ms against the launches PyTorch's standard attention makes (unfused_attention,
+    with dropout) at the roofline: a lower bound that holds on both A100 variants, and the share
+    of the bandwidth the published time implies, worked by hand on the 80 GB card."""
+    rows = model_check.fig2_standard_rows()
+    assert [r["variant"] for r in rows] == list(published.A100_VARIANTS)
+    assert all(r["holds"] and r["published_ms"] == 41.7 for r in rows)
+    w = published.FIG2
+    n, x = w["B"] * w["H"] * w["N"] ** 2, w["B"] * w["H"] * w["N"] * w["d"]
+    nbytes = (13 + 19) * n + (4 * 2 + 8 * 2) * x  # per score, and Q, K, V, O and gradients
+    assert rows[0]["bandwidth_share"] == pytest.approx(nbytes / 41.7e-3 / 2039e9)
+    assert rows[0]["ratio"] == pytest.approx(41.7 / rows[0]["modeled_lo_ms"])
+    # memory-bound at d = 64: the 80 GB card's time is its bytes at 2.04 TB/s plus 10 launches
+    assert rows[0]["modeled_lo_ms"] == pytest.approx((nbytes / 2039e9 + 10 * 3e-6) * 1e3,
+                                                     rel=1e-9)
+    assert rows[1]["modeled_lo_ms"] > rows[0]["modeled_lo_ms"]  # 1.56 TB/s
+    out = model_check.format_table(*model_check.run(), rows)
+    assert "standard (its launches)" in out and "the lower bound holds" in out
