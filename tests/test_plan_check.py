@@ -70,7 +70,7 @@ def test_command(capsys, tmp_path):
     assert cli.main(["bench", "plan-check", "--csv", str(out_csv)]) == 0
     out = capsys.readouterr().out
     assert "targets: every published layout fits: met" in out
-    assert "planner never slower: met" in out
+    assert "planner never slower: met" in out and "limited to the run's software: met" in out
     assert "Table 1, row 10 (1008.0B)" in out and "Table 5 (MFU), row 1T" in out
     assert out_csv.read_text().count("\n") == 15
     assert cli.main(["bench", "plan-check", "--csv", str(tmp_path / "no" / "x.csv")]) == 2
@@ -98,3 +98,52 @@ def test_a_slower_plan_would_be_reported(monkeypatch):
     rows = pc.rows(names=("22B",))
     assert rows[0]["plan_not_slower"] is False
     assert "planner never slower: NOT met: ['22B']" in pc.format_table(rows, 0.5)
+
+
+def test_the_planner_limited_to_each_runs_software(table):
+    """Limited to what the run's software had (no FlashAttention, no ZeRO; Narayanan's 2021 runs
+    without sequence parallelism, selective recompute or recomputing only some layers), the
+    planner is never slower than the published layout, keeps to those limits, and finds the
+    published t and p of the largest runs, where memory decides."""
+    rows = {r["run"]: r for r in table}
+    assert all(r["own_not_slower"] for r in table)
+    for r in table:
+        run = published_runs.run(r["run"])
+        assert "ZeRO-0" in r["own_layout"] and "flash" not in r["own_recompute"]
+        if run.flops_count == "narayanan":
+            assert "+SP" not in r["own_layout"] and "selective" not in r["own_recompute"]
+            assert r["own_recompute"] in ("keep", "full"), r["own_recompute"]
+    for name in ("1008.0B", "530B", "1T"):
+        assert rows[name]["own_same_tp"] and rows[name]["own_why"] == "the same"
+    # with all its options the planner goes further (FlashAttention, ZeRO-1): never slower
+    assert all(r["plan_step_s"] <= r["own_step_s"] * (1 + 1e-12) for r in table)
+
+
+def test_planner_options_leave_out_what_a_run_did_not_have():
+    from ckptlab.measure import planner
+    from ckptlab.measure import step_memory as sm
+
+    model = sm.GPTShape(8, 1024, 16, 1024, 51200)
+    kw = dict(batch=64, recipe="bf16", loss="fused")
+    _, rows = planner.plan(model, 16, "a100", 80 * 2**30, sequence_parallel=False,
+                           zero_stages=(0,), **kw)
+    assert rows and all(not lay.sp and lay.zero == 0 for lay, _ in rows)
+    _, every = planner.plan(model, 16, "a100", 80 * 2**30, **kw)
+    assert any(lay.sp for lay, _ in every) and any(lay.zero == 3 for lay, _ in every)
+    # all or nothing: a chunk's layers recomputed whole, all of them or none
+    tight = 6 * 2**30
+    chosen, rows = planner.plan(model, 2, "a100", tight, batch=16, bases=("none",),
+                                partial_full=False, sequence_parallel=False, recipe="bf16")
+    for lay, o in rows:
+        if isinstance(o, planner.Option):
+            assert o.full in (0, model.layers // (lay.pp * lay.vp))
+    _, partial = planner.plan(model, 2, "a100", tight, batch=16, bases=("none",),
+                              sequence_parallel=False, recipe="bf16")
+    assert any(0 < o.full < model.layers // (lay.pp * lay.vp) for lay, o in partial
+               if isinstance(o, planner.Option))  # the memory is tight enough to need some
+    with pytest.raises(ValueError, match="bases / zero_stages"):
+        planner.plan(model, 16, "a100", 80 * 2**30, bases=("flash", "half"))
+    with pytest.raises(ValueError, match="bases / zero_stages"):
+        planner.plan(model, 16, "a100", 80 * 2**30, zero_stages=(4,))
+    with pytest.raises(ValueError, match="bases / zero_stages"):
+        planner.plan(model, 16, "a100", 80 * 2**30, zero_stages=())

@@ -18,6 +18,9 @@ The layouts (Megatron-LM's ranks: tensor fastest, then data, then pipeline):
 For each, the recompute: per layer none, FlashAttention's or Korthikanti's selective, with the
 fewest layers of each chunk recomputed whole that fit; the fastest of the three by step_time.
 The plan is the fastest fitting option of all; the runner-up the fastest with another layout.
+What the software of a run has can be narrowed: bases (the recompute choices), sequence
+parallelism off, the ZeRO stages allowed (Megatron-LM of 2021-22: stage 0 only), whole-layer
+recompute of every layer of a chunk or none.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ckptlab.measure import at_scale, pipeline, roofline, step_time
 from ckptlab.measure import step_memory as sm
 
 BASES = ("none", "flash", "selective")
+ZERO_STAGES = (0, 1, 2, 3)
 VOCAB_MULTIPLE = 128  # Megatron-LM pads the vocabulary to a multiple of 128 x t
 MAX_VIRTUAL = 4  # virtual stages tried (Korthikanti et al. 2022 run v = 3)
 MAX_MICRO_BATCH = 16
@@ -106,15 +110,18 @@ class Option:
 
 def evaluate(model, layout, m, gpu, memory, recipe="bf16", loss="torch", base="none",
              full=None, dropout=True, achievable=step_time.ACHIEVABLE,
-             overlap_dp=True) -> Option | None:
+             overlap_dp=True, partial_full: bool = True) -> Option | None:
     """The option with `base` and the fewest whole-layer recomputes that fit (full=None), or
-    exactly `full`; None when it does not fit."""
+    exactly `full`; None when it does not fit. partial_full=False: a chunk's layers are
+    recomputed whole all or none (Megatron-LM before --recompute-method block)."""
     shaped = padded(model, layout.tp)
     kw = dict(recipe=recipe, dropout=dropout, loss=loss, micro_batches=m)
     if full is None:
         full = sm.fewest_full_layers(shaped, layout, memory, recompute=base, **kw)
         if full is None:
             return None
+        if full and not partial_full:
+            full = model.layers // (layout.pp * layout.vp)
     mem = sm.step_memory(shaped, layout, recompute=base, full_layers=full, **kw)
     if mem.peak > memory:
         return None
@@ -174,12 +181,12 @@ def _micro(model, base, batch, micro_batch):
 
 def best_option(model, layout, m, gpu, memory, recipe="bf16", loss="torch", bases=BASES,
                 dropout=True, achievable=step_time.ACHIEVABLE,
-                overlap_dp=True) -> Option | None:
+                overlap_dp=True, partial_full: bool = True) -> Option | None:
     """The fastest fitting option of `layout` over the recompute bases."""
     best = None
     for base in bases:
         opt = evaluate(model, layout, m, gpu, memory, recipe, loss, base, dropout=dropout,
-                       achievable=achievable, overlap_dp=overlap_dp)
+                       achievable=achievable, overlap_dp=overlap_dp, partial_full=partial_full)
         if opt is not None and (best is None or (opt.step_s, opt.peak) < (best.step_s,
                                                                          best.peak)):
             best = opt
@@ -212,13 +219,23 @@ def why_not(model, layout, m, recipe="bf16", loss="torch", dropout=True) -> str:
 def plan(model, gpus: int, gpu: str, memory: float, batch: int | None = None,
          micro_batch: int | None = None, recipe: str = "bf16", loss: str = "torch",
          dropout: bool = True, achievable: float = step_time.ACHIEVABLE,
-         overlap_dp: bool = True, bases=BASES) -> tuple:
+         overlap_dp: bool = True, bases=BASES, sequence_parallel: bool = True,
+         zero_stages=ZERO_STAGES, partial_full: bool = True) -> tuple:
     """(the fastest fitting Option or None, rows): rows are (Layout, Option or the reason
-    nothing of that layout fits), one per layout tried."""
+    nothing of that layout fits), one per layout tried; bases, sequence_parallel=False,
+    zero_stages and partial_full=False (evaluate) leave out what a run's software did not
+    have."""
     check_limits(model, gpus, batch, micro_batch)
     roofline.spec(gpu)
+    bad = [b for b in bases if b not in BASES] + [z for z in zero_stages
+                                                  if z not in ZERO_STAGES]
+    if bad or not bases or not zero_stages:
+        raise ValueError(f"bases / zero_stages: expected some of {BASES} and of {ZERO_STAGES}, "
+                         f"got {tuple(bases)!r} and {tuple(zero_stages)!r}")
     rows, todo = [], []
     for layout, m in layouts(model, gpus, gpu, batch, micro_batch):
+        if (layout.sp and not sequence_parallel) or layout.zero not in zero_stages:
+            continue
         if isinstance(m, str):
             rows.append((layout, m))
         else:
@@ -233,7 +250,7 @@ def plan(model, gpus: int, gpu: str, memory: float, batch: int | None = None,
                                  "runner-up's whole step"))
             continue
         opt = best_option(model, layout, m, gpu, memory, recipe, loss, bases, dropout,
-                          achievable, overlap_dp)
+                          achievable, overlap_dp, partial_full)
         if opt is None:
             rows.append((layout, why_not(model, layout, m, recipe, loss, dropout)))
             continue

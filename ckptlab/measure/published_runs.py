@@ -109,6 +109,23 @@ ITERATION_S = {"22B": 1.10, "175B": 13.75, "530B": 37.83, "1T": 71.49}
 CALIBRATION = ("1.7B", "18.4B", "145.6B")
 
 
+# What each paper's software could do, for the planner limited to it (bench plan-check): no
+# FlashAttention in either (2022); no ZeRO or distributed optimizer (Megatron-LM's came later);
+# sequence parallelism and selective recompute are Korthikanti et al.'s own contribution, so
+# Narayanan's runs have neither: recompute none, or every layer whole (--checkpoint-activations;
+# recomputing only some layers, --recompute-method block, came with Korthikanti's release).
+SOFTWARE = {
+    "narayanan": dict(bases=("none",), sequence_parallel=False, zero_stages=(0,),
+                      partial_full=False),
+    "model": dict(bases=("none", "selective"), sequence_parallel=True, zero_stages=(0,)),
+}
+
+
+def software(r: Run) -> dict:
+    """planner.plan's options that the run's own software had (SOFTWARE, by its paper)."""
+    return dict(SOFTWARE[r.flops_count])
+
+
 def run(name: str) -> Run:
     for r in RUNS:
         if r.name == name:
