@@ -19,7 +19,8 @@ import numpy as np
 
 from ckptlab import rng
 from ckptlab.engine import layers, ops, tape
-from ckptlab.engine.tensor import Tensor, xp_of
+from ckptlab.engine.arrays import xp_of
+from ckptlab.engine.tensor import Tensor
 from ckptlab.recompute import profile, schedules
 from ckptlab.recompute.checkpoint import checkpoint_sequential
 

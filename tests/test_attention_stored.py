@@ -8,7 +8,7 @@ import pytest
 
 from ckptlab import device, emu, kernels, rng
 from ckptlab import reference as ref
-from ckptlab.measure import traffic
+from ckptlab.measure import pair_counts, traffic
 
 TOL = 1e-5
 
@@ -105,7 +105,7 @@ def test_backward_reads_exactly_the_entries_the_forward_wrote():
         _, saved = kernels.stored_forward(q, k, v, causal=True)
         S = saved.tensors["S"]
         written = np.isfinite(S)
-        assert written.sum() == traffic.visible_pairs(Nq, Nk, True)
+        assert written.sum() == pair_counts.visible_pairs(Nq, Nk, True)
         for deterministic in (False, True):
             with emu.settings(mode="counted"), emu.record() as rec:
                 grads = kernels.stored_backward(dO, q, k, v, saved, deterministic)

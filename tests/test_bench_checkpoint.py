@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ckptlab import engine, models
-from ckptlab.cli import bench_checkpoint
+from ckptlab.cli import bench_checkpoint, checkpoint_report
 from ckptlab.cli.hand_step import hand_step
 from ckptlab.engine import Tensor
 
@@ -58,7 +58,7 @@ def test_rows_meet_their_predictions_and_print():
         assert r["torch_note"].startswith("not asked") and "torch_step_s" not in r
     none, sqrt = rows[1], rows[2]
     assert sqrt["measured_peak_bytes"] < none["measured_peak_bytes"]
-    assert "predicted" in bench_checkpoint.table(rows)
+    assert "predicted" in checkpoint_report.table(rows)
 
 
 def test_the_pytorch_twin_counts_its_saved_tensors(torch):
@@ -103,14 +103,14 @@ def test_the_table_shows_each_spread_and_warns_when_rows_cannot_be_ordered():
     for key in ("predicted_peak_bytes", "torch_note"):
         del hand[key]
     apart = [hand, _row("none", [1e-3, 1.1e-3, 1.2e-3]), _row("sqrt", [2e-3, 2.1e-3, 2.2e-3])]
-    text = bench_checkpoint.table(apart)
+    text = checkpoint_report.table(apart)
     assert "1.10 [1.05-1.15] ms" in text and "2.10 [2.05-2.15] ms" in text  # median [IQR]
-    assert "warning" not in text and bench_checkpoint.overlapping(apart) == []
+    assert "warning" not in text and checkpoint_report.overlapping(apart) == []
     assert "PyTorch twin (torch step, torch saved) not run" in text
     assert "torch '-' for none, sqrt: not asked for" in text
     close = apart[:2] + [_row("sqrt", [1.05e-3, 1.12e-3, 1.3e-3])]
-    assert bench_checkpoint.overlapping(close) == [("none", "sqrt")]
-    warning = bench_checkpoint.table(close).splitlines()[-1]
+    assert checkpoint_report.overlapping(close) == [("none", "sqrt")]
+    warning = checkpoint_report.table(close).splitlines()[-1]
     assert warning.startswith("warning: 1 pair(s)") and "none ~ sqrt" in warning
     assert "--repeats (now 3)" in warning
 
@@ -123,7 +123,7 @@ def test_step_and_over_hand_agree_and_every_time_has_its_spread(tmp_path):
         assert r["step_q1_s"] <= r["step_s"] <= r["step_q3_s"]
     for r in rows[1:]:
         assert r["step_over_hand"] == r["step_s"] / hand["step_s"]
-    paths = bench_checkpoint.figures(rows, tmp_path)
+    paths = checkpoint_report.figures(rows, tmp_path)
     assert all(p.stat().st_size > 5000 for p in paths)
 
 
@@ -133,7 +133,7 @@ def test_the_recompute_attn_row_says_why_torch_has_no_number():
     assert rows[2]["schedule"] == "recompute(attn)"
     assert rows[2]["measured_peak_bytes"] == rows[2]["predicted_peak_bytes"]
     assert "torch '-' for recompute(attn): the twin does not recompute inside an op" in \
-        bench_checkpoint.table(rows)
+        checkpoint_report.table(rows)
 
 
 def test_a_checkpointed_step_faster_than_none_says_why():
@@ -141,17 +141,18 @@ def test_a_checkpointed_step_faster_than_none_says_why():
     the table's note and the figure's title say why: the allocator's peaks, measured, beside
     each other (or, when the faster one's is not smaller, that it is likely load)."""
     from ckptlab.cli import bench_checkpoint as bc
+    from ckptlab.cli import checkpoint_report as cr
     from ckptlab.measure import plots
 
     rows = bc.run("mlp", layers=4, schedule_specs=["none", "sqrt"], width=8, batch=4,
                   repeats=3, with_torch=False)
     by = {r["schedule"]: r for r in rows}
-    assert "note:" not in bc.table(rows) or by["sqrt"]["step_q3_s"] < by["none"]["step_q1_s"]
+    assert "note:" not in cr.table(rows) or by["sqrt"]["step_q3_s"] < by["none"]["step_q1_s"]
     by["none"].update(step_s=2e-3, step_q1_s=1.9e-3, step_q3_s=2.1e-3)
     by["sqrt"].update(step_s=1e-3, step_q1_s=0.9e-3, step_q3_s=1.1e-3)
-    text = bc.table(rows)
+    text = cr.table(rows)
     assert "note: sqrt measured faster than none, beyond the noise" in text, text
     alloc = by["sqrt"]["allocator_peak_bytes"] < by["none"]["allocator_peak_bytes"]
     assert ("the allocator peaks at" in text) == alloc and ("likely load" in text) != alloc
-    fig = plots.plot_memory_vs_time(bc.time_points(rows), device="cpu")
+    fig = plots.plot_memory_vs_time(cr.time_points(rows), device="cpu")
     assert "measured faster than none" in fig.axes[0].get_title().replace("\n", " ")

@@ -15,7 +15,7 @@ import pytest
 
 from ckptlab.cli import kernels_report
 from ckptlab.device import KERNELS_DIR
-from ckptlab.kernels import archs
+from ckptlab.kernels import archs, ptxas_log
 from ckptlab.kernels import nvrtc as cc
 
 # The tensor-core attention files instantiate 32 and 100 templates (two 16-bit types, eight tile
@@ -38,7 +38,8 @@ def check_records(path, records, arch):
     parsed), none it refuses, with registers > 0 and every field a CUDA 12/13 ptxas prints
     filled in."""
     kernels = {r["kernel"]: r for r in records if r["kind"] == "kernel"}
-    wanted = set(cc.extern_c_kernels(path.read_text())) | set(archs.supported(path.name, arch))
+    wanted = (set(ptxas_log.extern_c_kernels(path.read_text()))
+              | set(archs.supported(path.name, arch)))
     missing = wanted - set(kernels)
     assert not missing, f"{path.name}: kernels missing from the {arch} report: {sorted(missing)}"
     refused = set(archs.refused(path.name, arch)) & set(kernels)
@@ -225,7 +226,7 @@ SPILLS = ("spill_stores", "spill_loads", "cumulative_stack")
 
 
 def test_parse_nvrtc_log():
-    spill, tmpl, add = cc.parse_ptxas_log(NVRTC_LOG)
+    spill, tmpl, add = ptxas_log.parse_ptxas_log(NVRTC_LOG)
     assert fields(spill, *KEYS) == ("spill", "kernel", "sm_80", 32, 0, 0, 1024)
     assert fields(spill, *SPILLS) == (0, 0, 1024) and spill["cmem"] == {0: 364}
     assert fields(tmpl, *KEYS) == ("_Z4tmplILi3EEvPf", "kernel", "sm_80", 8, 0, 0, 0)
@@ -234,7 +235,7 @@ def test_parse_nvrtc_log():
 
 
 def test_parse_nvcc_log():
-    pairwise, tile, helper = cc.parse_ptxas_log(NVCC_LOG)
+    pairwise, tile, helper = ptxas_log.parse_ptxas_log(NVCC_LOG)
     assert fields(pairwise, *KEYS) == ("pairwise", "kernel", "sm_90", 32, 0, 0, 2024)
     assert fields(pairwise, *SPILLS) == (2020, 4012, 2024) and pairwise["cmem"] == {}
     assert fields(tile, *KEYS) == ("tile_sum", "kernel", "sm_90", 30, 1, 1088, 128)
@@ -242,12 +243,12 @@ def test_parse_nvcc_log():
 
 
 def test_parse_old_format_and_duplicates():
-    (r,) = cc.parse_ptxas_log(OLD_LOG + OLD_LOG)  # nvcc may print a report twice: kept once
+    (r,) = ptxas_log.parse_ptxas_log(OLD_LOG + OLD_LOG)  # nvcc may print a report twice: kept once
     assert fields(r, *KEYS) == ("_Z6kernelPfi", "kernel", "sm_70", 64, None, 4096, 296)
     assert fields(r, *SPILLS) == (488, 480, None) and r["cmem"] == {0: 340, 2: 4}
-    assert cc.parse_ptxas_log("") == []
+    assert ptxas_log.parse_ptxas_log("") == []
     with pytest.raises(TypeError, match="log"):
-        cc.parse_ptxas_log(b"ptxas info")
+        ptxas_log.parse_ptxas_log(b"ptxas info")
 
 
 def test_extern_c_kernels():
@@ -260,7 +261,7 @@ def test_extern_c_kernels():
         wrapped (float* x) {}
     template <int N> __global__ void not_extern_c(float* x) {}
     """
-    assert cc.extern_c_kernels(source) == ["plain", "bounded", "wrapped"]
+    assert ptxas_log.extern_c_kernels(source) == ["plain", "bounded", "wrapped"]
 
 
 # ---------------------------------------------------------------- errors, table, command line

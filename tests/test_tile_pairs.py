@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ckptlab import reference as ref
-from ckptlab.measure import traffic, traffic_tc
+from ckptlab.measure import pair_counts, traffic, traffic_tc
 
 
 def enumerate_pairs(Nq, Nk, Br, Bc, causal) -> list:
@@ -35,7 +35,7 @@ def test_closed_form_equals_the_enumeration_on_random_shapes():
         for causal in (False, True):
             pairs = enumerate_pairs(Nq, Nk, Br, Bc, causal)
             want = (len(pairs), sum(r for r, _ in pairs), sum(c for _, c in pairs))
-            got = traffic.tile_pairs(Nq, Nk, Br, Bc, causal)
+            got = pair_counts.tile_pairs(Nq, Nk, Br, Bc, causal)
             assert (got.count, got.rows, got.cols) == want, (Nq, Nk, Br, Bc, causal)
 
 
@@ -44,8 +44,8 @@ def test_visited_tiles_cover_every_visible_pair(Nq, Nk):
     """The causal counts against a brute-force mask; the enumerated pairs cover every visible
     (i, j) and their area is what the visited tiles hold."""
     mask = ref.causal_visible(Nq, Nk)
-    assert traffic.visible_pairs(Nq, Nk, True) == mask.sum()
-    assert traffic.visible_pairs(Nq, Nk, False) == Nq * Nk
+    assert pair_counts.visible_pairs(Nq, Nk, True) == mask.sum()
+    assert pair_counts.visible_pairs(Nq, Nk, False) == Nq * Nk
     for Br, Bc in ((16, 8), (32, 32), (8, 64)):
         covered = sum(r * c for r, c in enumerate_pairs(Nq, Nk, Br, Bc, True))
         visited = np.zeros((Nq, Nk), bool)  # the tiles that the pairs stand for
@@ -61,7 +61,7 @@ def test_visible_pairs_closed_form_on_random_shapes():
     for _ in range(200):
         Nq, Nk = (int(x) for x in g.integers(1, 300, 2))
         want = sum(max(0, min(Nk, i + Nk - Nq + 1)) for i in range(Nq))
-        assert traffic.visible_pairs(Nq, Nk, True) == want, (Nq, Nk)
+        assert pair_counts.visible_pairs(Nq, Nk, True) == want, (Nq, Nk)
 
 
 def test_a_million_tokens_in_well_under_a_second_and_bounded_memory():
@@ -83,6 +83,6 @@ def test_a_million_tokens_in_well_under_a_second_and_bounded_memory():
     tracemalloc.stop()
     assert seconds < 1.0 and peak < 1 << 20, (seconds, peak)
     Tr, Tc = N // 8, N // 8  # d = 256 backward tiles: 8 x 8; causal keeps the lower triangle
-    assert traffic.tile_pairs(N, N, 8, 8, True).count == Tr * (Tc + 1) // 2
-    assert traffic.tile_pairs(N, N, 8, 8, False).count == Tr * Tc
-    assert traffic.visible_pairs(N, N, True) == N * (N + 1) // 2
+    assert pair_counts.tile_pairs(N, N, 8, 8, True).count == Tr * (Tc + 1) // 2
+    assert pair_counts.tile_pairs(N, N, 8, 8, False).count == Tr * Tc
+    assert pair_counts.visible_pairs(N, N, True) == N * (N + 1) // 2

@@ -9,7 +9,7 @@ from traffic_check import counted, counted_unique, inputs, modeled, modeled_uniq
 
 from ckptlab import emu, kernels
 from ckptlab.kernels.table import bwd_tiles, fwd_tiles
-from ckptlab.measure import traffic
+from ckptlab.measure import pair_counts, traffic
 
 pytestmark = pytest.mark.counted
 
@@ -23,8 +23,8 @@ SHAPES = [  # (B, H, Nq, Nk, d, causal): Nq > the forward's Br = 64 at d = 16 an
 @pytest.mark.parametrize("B,H,Nq,Nk,d,causal", SHAPES)
 def test_the_shapes_re_read_tiles(B, H, Nq, Nk, d, causal):
     """What makes these shapes worth running: every argument loaded more than once."""
-    fwd = traffic.tile_pairs(Nq, Nk, *fwd_tiles(d), causal)
-    bwd = traffic.tile_pairs(Nq, Nk, *bwd_tiles(d), causal)
+    fwd = pair_counts.tile_pairs(Nq, Nk, *fwd_tiles(d), causal)
+    bwd = pair_counts.tile_pairs(Nq, Nk, *bwd_tiles(d), causal)
     assert fwd.cols > Nk and bwd.cols > Nk and bwd.rows > Nq
 
 

@@ -7,6 +7,7 @@
                         gains
     bench_crossing.py   when recompute stops paying: stored / flash over d, GPU and dtype
     bench_checkpoint.py peak memory, recompute and time per schedule
+    checkpoint_report.py  its rows read: the table, its notes and warnings, the figures
     hand_step.py        the checkpoint benchmark's baseline: one step written by hand in NumPy
     bench_emu.py        how fast the emulator runs
     fig2.py             the FlashAttention paper's Fig. 2 table, reproduced and corrected

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 
 from ckptlab import engine
+from ckptlab.engine.arrays import xp_of
 from ckptlab.engine.layers import keep_mask
-from ckptlab.engine.tensor import xp_of
 from ckptlab.reference import causal_visible
 
 GELU_C = math.sqrt(2.0 / math.pi)

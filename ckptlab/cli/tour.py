@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ckptlab import device, engine
 from ckptlab.cli import attention_figures as figures_of_attention
-from ckptlab.cli import bench_attention, bench_checkpoint, check
+from ckptlab.cli import bench_attention, bench_checkpoint, check, checkpoint_report
 from ckptlab.cli.report import (
     TooBig,
     check_fits,
@@ -116,11 +116,11 @@ def memory_traces(c: dict) -> tuple[dict, list]:
 
 def checkpoint_figures(rows: list[dict], c: dict, out: Path) -> list[Path]:
     """Memory over one step (every schedule on the same FLOP clock); peak memory against the
-    measured step time (with its IQR) and against recompute FLOPs (bench_checkpoint.figures)."""
+    measured step time (with its IQR) and against recompute FLOPs (checkpoint_report.figures)."""
     traces, clocks, spans = memory_traces(c)
     trace = out / "checkpoint_memory_trace.png"
     plots.plot_memory_trace(traces, spans, clocks=clocks, path=trace)
-    return [trace, *bench_checkpoint.figures(rows, out)]
+    return [trace, *checkpoint_report.figures(rows, out)]
 
 
 # ---------------------------------------------------------------- figures
@@ -286,7 +286,7 @@ def bench_checkpoint_table(rows: list[dict]) -> str:
                      "outputs, redoing layernorm, GELU and the attention core; recompute(attn) "
                      "(Korthikanti et al.) checkpoints nothing but the attention core, which "
                      "flash already keeps small (O and L), so here it saves little")
-    return bench_checkpoint.table(rows) + "\n" + "\n".join(extra)
+    return checkpoint_report.table(rows) + "\n" + "\n".join(extra)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
     tape.py       Node, backward, the engine's state (grad mode, phase, RNG, ledger hook)
     tensor.py     Tensor and the ops behind its operators (+ - * / @, sum, reshape, ...)
+    arrays.py     below Tensor: xp_of, and the shapes gradients take back through
+                  broadcasting and reductions
     ops.py        linear, pointwise functions, head splitting
     layers.py     layernorm, dropout, cross-entropy, embedding, attention
     gradcheck.py  gradients against central differences

@@ -6,7 +6,8 @@ import numpy as np
 
 from ckptlab import device
 from ckptlab.engine import tape
-from ckptlab.engine.tensor import Tensor, xp_of
+from ckptlab.engine.arrays import xp_of
+from ckptlab.engine.tensor import Tensor
 
 
 def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-7, rtol: float = 1e-5) -> bool:

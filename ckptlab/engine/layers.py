@@ -15,7 +15,8 @@ import numpy as np
 
 from ckptlab import kernels, rng
 from ckptlab.engine import tape
-from ckptlab.engine.tensor import Tensor, make, xp_of
+from ckptlab.engine.arrays import xp_of
+from ckptlab.engine.tensor import Tensor, make
 from ckptlab.measure import traffic
 from ckptlab.reference import causal_visible
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from ckptlab.engine import tape
+from ckptlab.engine.arrays import normalize_axes, xp_of
 from ckptlab.engine.tensor import (  # noqa: F401  (the arithmetic, importable from here too)
     Tensor,
     add,
@@ -23,12 +24,10 @@ from ckptlab.engine.tensor import (  # noqa: F401  (the arithmetic, importable f
     mean,
     mul,
     neg,
-    normalize_axes,
     reshape,
     sub,
     sum,
     transpose,
-    xp_of,
 )
 
 REPLAYABLE = frozenset({"add", "sub", "mul", "div", "matmul", "linear", "relu", "gelu", "tanh",

@@ -4,8 +4,10 @@ Every op computes its output array and a closure `backward(g)` that, given g = d
 accumulates (+=) into its inputs' gradients; `make()` records the closure on the tape
 (ckptlab.engine.tape) and hands the saved arrays to the ledger. Here: the arithmetic behind
 + - * / @ (broadcasting) and the reductions and reshapes behind .sum() .mean() .reshape()
-.transpose(). The rest of the ops are in ckptlab.engine.ops (pointwise, linear) and
-ckptlab.engine.layers (layernorm, dropout, attention, ...).
+.transpose(). The shapes their gradients take on the way back (summed over what broadcasting
+added, spread over what a reduction removed) are in ckptlab.engine.arrays; the rest of the ops
+in ckptlab.engine.ops (pointwise, linear) and ckptlab.engine.layers (layernorm, dropout,
+attention, ...).
 
 Rules every op keeps, because the ledger and the checkpoint tests depend on them:
 - a closure captures Nodes, shapes and the arrays listed in `saved=`; never an input Tensor
@@ -23,12 +25,7 @@ import numpy as np
 
 from ckptlab import device
 from ckptlab.engine import tape
-
-
-def xp_of(a):
-    """The array module of `a` (numpy or cupy) without asking the device (that costs ~0.2 ms)."""
-    return np if isinstance(a, (np.ndarray, np.generic)) else device.xp("cuda")
-
+from ckptlab.engine.arrays import broadcast_shape, normalize_axes, spread, unbroadcast, xp_of
 
 # ------------------------------------------------------------------------------ making ops
 
@@ -80,39 +77,21 @@ def _pair(a, b):
     return (_as_tensor(a, b), b) if not isinstance(a, Tensor) else (a, _as_tensor(b, a))
 
 
-def _broadcast(op: str, a: Tensor, b: Tensor) -> tuple:
-    try:
-        return np.broadcast_shapes(a.shape, b.shape)
-    except ValueError:
-        raise ValueError(f"{op}: shapes {a.shape} and {b.shape} do not broadcast") from None
-
-
-def _unbroadcast(g, shape):
-    """Sum g over the axes broadcasting added or stretched, back to `shape`."""
-    if g.shape == shape:
-        return g
-    lead = g.ndim - len(shape)
-    if lead:
-        g = g.sum(axis=tuple(range(lead)))
-    axes = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
-    return g.sum(axis=axes, keepdims=True) if axes else g
-
-
 # ------------------------------------------------------------------------------ arithmetic
 
 
 def add(a, b) -> Tensor:
     """y = a + b (broadcasting); da = g, db = g, summed back to each shape."""
     a, b = _pair(a, b)
-    shape = _broadcast("add", a, b)
+    shape = broadcast_shape("add", a, b)
     an, bn, sa, sb = a.node, b.node, a.shape, b.shape
     y = tape.compute("add", lambda: a.data + b.data, math.prod(shape))
 
     def backward(g):
         if an is not None:
-            an.add_grad(_unbroadcast(g, sa))
+            an.add_grad(unbroadcast(g, sa))
         if bn is not None:
-            bn.add_grad(_unbroadcast(g, sb))
+            bn.add_grad(unbroadcast(g, sb))
 
     return make(y, "add", (a, b), backward)
 
@@ -120,15 +99,15 @@ def add(a, b) -> Tensor:
 def sub(a, b) -> Tensor:
     """y = a - b; da = g, db = -g."""
     a, b = _pair(a, b)
-    shape = _broadcast("sub", a, b)
+    shape = broadcast_shape("sub", a, b)
     an, bn, sa, sb = a.node, b.node, a.shape, b.shape
     y = tape.compute("sub", lambda: a.data - b.data, math.prod(shape))
 
     def backward(g):
         if an is not None:
-            an.add_grad(_unbroadcast(g, sa))
+            an.add_grad(unbroadcast(g, sa))
         if bn is not None:
-            bn.add_grad(_unbroadcast(-g, sb))
+            bn.add_grad(unbroadcast(-g, sb))
             tape.count(g.size)
 
     return make(y, "sub", (a, b), backward)
@@ -137,17 +116,17 @@ def sub(a, b) -> Tensor:
 def mul(a, b) -> Tensor:
     """y = a * b; da = g * b, db = g * a (each saved only if the other needs a gradient)."""
     a, b = _pair(a, b)
-    shape = _broadcast("mul", a, b)
+    shape = broadcast_shape("mul", a, b)
     an, bn, sa, sb = a.node, b.node, a.shape, b.shape
     A, B = (a.data if bn else None), (b.data if an else None)
     y = tape.compute("mul", lambda: a.data * b.data, math.prod(shape))
 
     def backward(g):
         if an is not None:
-            an.add_grad(_unbroadcast(g * B, sa))
+            an.add_grad(unbroadcast(g * B, sa))
             tape.count(g.size)
         if bn is not None:
-            bn.add_grad(_unbroadcast(g * A, sb))
+            bn.add_grad(unbroadcast(g * A, sb))
             tape.count(g.size)
 
     return make(y, "mul", (a, b), backward, saved=(a if bn else None, b if an else None))
@@ -156,7 +135,7 @@ def mul(a, b) -> Tensor:
 def div(a, b) -> Tensor:
     """y = a / b; da = g / b, db = -g * y / b."""
     a, b = _pair(a, b)
-    shape = _broadcast("div", a, b)
+    shape = broadcast_shape("div", a, b)
     an, bn, sa, sb = a.node, b.node, a.shape, b.shape
     B = b.data
     y = tape.compute("div", lambda: a.data / b.data, math.prod(shape))
@@ -164,10 +143,10 @@ def div(a, b) -> Tensor:
 
     def backward(g):
         if an is not None:
-            an.add_grad(_unbroadcast(g / B, sa))
+            an.add_grad(unbroadcast(g / B, sa))
             tape.count(g.size)
         if bn is not None:
-            bn.add_grad(_unbroadcast(-(g * Y) / B, sb))
+            bn.add_grad(unbroadcast(-(g * Y) / B, sb))
             tape.count(3 * g.size)
 
     return make(y, "div", (a, b), backward, saved=(b, Y))
@@ -197,13 +176,13 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
 
     def backward(g):
         if an is not None:
-            an.add_grad(_unbroadcast(g @ B.swapaxes(-1, -2), sa))
+            an.add_grad(unbroadcast(g @ B.swapaxes(-1, -2), sa))
             tape.count(flops)
         if bn is not None:
             if len(sb) == 2:  # one weight for every batch element: one big matmul
                 gb = A.reshape(-1, k).T @ g.reshape(-1, n)  # (k, n)
             else:
-                gb = _unbroadcast(A.swapaxes(-1, -2) @ g, sb)
+                gb = unbroadcast(A.swapaxes(-1, -2) @ g, sb)
             bn.add_grad(gb)
             tape.count(flops)
 
@@ -213,25 +192,6 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
 # ------------------------------------------------------------------------------ reductions, shapes
 
 
-def normalize_axes(axis, ndim) -> tuple:
-    """`axis` (None, an int or ints, negative allowed) as a sorted tuple of axes of `ndim`."""
-    if axis is None:
-        return tuple(range(ndim))
-    axis = (axis,) if isinstance(axis, int) else tuple(axis)
-    for a in axis:
-        if not -ndim <= a < ndim:
-            raise ValueError(f"axis {a} is out of range for a tensor of {ndim} dims")
-    return tuple(sorted(a % ndim for a in axis))
-
-
-def _spread(g, shape, axes, keepdims):
-    """Broadcast a reduced gradient back to `shape` (a fresh array, not a read-only view)."""
-    xp = xp_of(g)
-    if not keepdims:
-        g = xp.expand_dims(g, axes)
-    return xp.broadcast_to(g, shape).copy()
-
-
 def sum(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
     """y = sum over `axis`; dx = g broadcast back."""
     axes, shape, xn = normalize_axes(axis, x.ndim), x.shape, x.node
@@ -239,7 +199,7 @@ def sum(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
     tape.count(x.size)
 
     def backward(g):
-        xn.add_grad(_spread(g, shape, axes, keepdims))
+        xn.add_grad(spread(g, shape, axes, keepdims))
 
     return make(y, "sum", (x,), backward)
 
@@ -252,7 +212,7 @@ def mean(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
     tape.count(x.size)
 
     def backward(g):
-        xn.add_grad(_spread(g / n, shape, axes, keepdims))
+        xn.add_grad(spread(g / n, shape, axes, keepdims))
         tape.count(g.size)
 
     return make(y, "mean", (x,), backward)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ckptlab.exercises.verdict import Verdict, exact
 from ckptlab.exercises.write import in_notebook as write_kernel  # noqa: F401 (the labs' kernel cells)
-from ckptlab.measure import traffic
+from ckptlab.measure import pair_counts, traffic
 
 
 def _counted(method: str, B, H, N, d) -> int:
@@ -21,7 +21,7 @@ def recompute_flops(answer, B: int, H: int, N: int, d: int) -> Verdict:
     q, k, v of shape (B, H, N, d); matmul FLOPs, 2 per multiply-add, on the N x N scores (the
     kernel runs whole tiles: when N is not a multiple of them it executes more, traffic's
     hardware count)."""
-    want = 2 * B * H * traffic.visible_pairs(N, N, False) * d
+    want = 2 * B * H * pair_counts.visible_pairs(N, N, False) * d
     run = sum(kt.recompute_flops for kt in traffic.launches("flash", B, H, N, N, d))
     return exact(answer, want, "the FLOP count", hints=[
         (run, "that counts the padded tail tiles the kernel also runs; the question asks for "

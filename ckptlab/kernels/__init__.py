@@ -17,6 +17,7 @@ Three methods, one change at a time: naive (unfused) -> stored (fused, P's score
                 stored_forward hand them over), 16-bit storage, wmma, fp32 statistics
     methods.py  the three methods by name: METHODS, forward(method, ...), backward(...)
     nvrtc.py    NVIDIA's compiler as a check without a GPU: registers, shared memory, spills
+                (ptxas_log.py reads its report; ptxas_cache.py keeps the records on disk)
 
 Arrays are fp32 (B, H, N, d) (float16 / bfloat16 for the fused pair), C-contiguous, of the
 current target (NumPy on "emu", CuPy on "cuda"). Every input is checked before anything is

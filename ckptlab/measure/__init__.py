@@ -4,6 +4,8 @@
                  blas_threads (BLAS pools limited in-process), quartiles
     ncu.py       HBM bytes measured by Nsight Compute; the labels every byte figure carries
     traffic.py   modeled bytes and FLOPs of every kernel launch (counted == modeled, tested)
+                 (traffic_tc.py: the tensor-core pair's; pair_counts.py: the (query, key) and
+                 tile pairs the fused kernels visit, in closed form)
     roofline.py  GPU specs with sources, arithmetic intensity, modeled time, MFU/HFU
     occupancy.py launch shapes, registers and shared memory (ptxas), resident blocks per SM
     timemodel.py modeled time: launch cost + waves x roofline, unique/counted bounds; the

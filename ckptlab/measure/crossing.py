@@ -18,7 +18,8 @@ bandwidth) of a GPU in a precision:
 from __future__ import annotations
 
 from ckptlab.kernels import archs
-from ckptlab.measure import occupancy, roofline, traffic
+from ckptlab.measure import occupancy, roofline
+from ckptlab.measure.pair_counts import visible_pairs
 from ckptlab.measure.timemodel import CHAIN, SCORE_BYTES, method_time, timed_launches
 
 RULE_SIZE = dict(N=64, d=16)  # tiles divide N and d = Dt: whole tiles, no padding
@@ -30,7 +31,7 @@ def stored_launches_per_pair(dtype: str, deterministic: bool = False,
     + backward (timed_launches at RULE_SIZE; launches without FLOPs or S left out). score_bytes:
     the bytes of one stored score, 4 for the kernels' fp32 S; 2 is the what-if of a 16-bit P."""
     N, d = RULE_SIZE["N"], RULE_SIZE["d"]
-    pairs = traffic.visible_pairs(N, N, False)
+    pairs = visible_pairs(N, N, False)
     out = []
     for kt in timed_launches("stored", 1, 1, N, N, d, False, deterministic, dtype)[0]:
         f = kt.flops / pairs / d
@@ -45,7 +46,7 @@ def per_pair(dtype: str, deterministic: bool = False, score_bytes: int = SCORE_B
     RULE_SIZE): stored's bytes of S (written by the forward, read by each backward kernel that
     reads it), and stored's and flash's hardware FLOPs in units of d."""
     N, d = RULE_SIZE["N"], RULE_SIZE["d"]
-    pairs = traffic.visible_pairs(N, N, False)
+    pairs = visible_pairs(N, N, False)
     runs = stored_launches_per_pair(dtype, deterministic, score_bytes)
     flash = timed_launches("flash", 1, 1, N, N, d, False, deterministic, dtype)[0]
     return dict(s_bytes=sum(s for _, s in runs), stored_flops_per_d=sum(f for f, _ in runs),

@@ -4,8 +4,8 @@ per pointer argument: the formulas of traffic.py's fused kernels with 16-bit ele
 Bytes per (b, h), times B*H: e = 2 bytes for every element of Q, K, V, O, dO and the gradients
 (float16 or bfloat16); 4 for L, D, the stored scores S (fp32, one per visible (i, j)), the atomic
 dQ's fp32 accumulator dQacc and its atomicAdds. Which tiles are read how often is the fp32
-kernels' (tile_pairs over the visited (Q tile, K/V tile) pairs), so at the same tiles the
-16-bit flash pair moves half the bytes of the fp32 one, plus its 4-byte L and D.
+kernels' (pair_counts.tile_pairs over the visited (Q tile, K/V tile) pairs), so at the same
+tiles the 16-bit flash pair moves half the bytes of the fp32 one, plus its 4-byte L and D.
 
 FLOPs: tensor-core FLOPs as run, 2 per multiply-add: every visited tile pair computes whole
 Br x Bc x Dt blocks (rows past N and the head dim padded to Dt included, causally skipped
@@ -23,7 +23,8 @@ from ckptlab.kernels.table import (
     tc_names,
     tc_tile_head_dim,
 )
-from ckptlab.measure.traffic import BYTES, _kernel, first_seen_row, tile_pairs, visible_pairs
+from ckptlab.measure.pair_counts import first_seen_row, tile_pairs, visible_pairs
+from ckptlab.measure.traffic import BYTES, _kernel
 
 METHODS = ("flash", "stored")
 

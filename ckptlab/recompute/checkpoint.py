@@ -20,8 +20,9 @@ import zlib
 import numpy as np
 
 from ckptlab.engine import tape
+from ckptlab.engine.arrays import xp_of
 from ckptlab.engine.tape import ReplayError
-from ckptlab.engine.tensor import Tensor, make, xp_of
+from ckptlab.engine.tensor import Tensor, make
 from ckptlab.recompute.plan import (
     Seg,
     check_plan,

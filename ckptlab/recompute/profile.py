@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ckptlab.engine import tape
-from ckptlab.engine.tensor import xp_of
+from ckptlab.engine.arrays import xp_of
 from ckptlab.recompute.checkpoint import checkpoint
 from ckptlab.recompute.ledger import Ledger, record
 from ckptlab.recompute.plan import resolve_policy
