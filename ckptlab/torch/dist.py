@@ -33,10 +33,14 @@ def _entry(rank: int, fn, nproc: int, folder: str, args: tuple) -> None:
     torch.set_num_threads(1)  # nproc processes share the cores: one BLAS thread each
     dist.init_process_group(backend(nproc), init_method=f"file://{folder}/rendezvous",
                             rank=rank, world_size=nproc)
-    try:
-        torch.save(fn(rank, nproc, *args), Path(folder) / f"rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+    # On an exception no barrier and no teardown: the other ranks may be inside a collective with
+    # this one, and spawn reports the error and stops them.
+    torch.save(fn(rank, nproc, *args), Path(folder) / f"rank{rank}.pt")
+    # Every rank done before any closes its connections: a rank that tears its group down while
+    # a peer's transport still talks to it can abort that peer ("terminate called without an
+    # active exception" from gloo, seen once in a 2-rank pipeline run in CI).
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def spawn(fn, nproc: int, *args) -> list:
