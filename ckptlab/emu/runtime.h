@@ -259,12 +259,13 @@ void switch_between(Fiber* f, Fiber& next);
 #endif
 
 // ---- what one file gives another --------------------------------------------------------------
-// signals.cpp
+// regions.cpp
 uint64_t pc_offset(void* pc);
 bool in_kernel_code(uintptr_t pc);
 bool in_runtime_data(uintptr_t a);
 bool in_module(uintptr_t a);
 void find_module_ranges();
+// signals.cpp
 void set_fault(Worker* w, int kind, void* pc, const char* file, int line, const char* fmt, ...)
     __attribute__((format(printf, 6, 7)));
 [[noreturn]] void abort_fiber(Fiber* f);
