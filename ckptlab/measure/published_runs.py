@@ -103,6 +103,9 @@ RUNS = [
 # Korthikanti et al. 2022, Table 5: seconds an iteration with their method (a check on the MFU:
 # model FLOPs / time / GPUs / 312e12 gives 41.6, 51.4, 56.0, 56.3%)
 ITERATION_S = {"22B": 1.10, "175B": 13.75, "530B": 37.83, "1T": 71.49}
+# Korthikanti et al. 2022, Table 5: hardware FLOPs utilisation (%), beside the MFU above (Run's
+# published_pct); HFU over MFU is their accounting of selective recompute (at_scale.hfu_over_mfu)
+HFU_PCT = {"22B": 43.7, "175B": 52.8, "530B": 57.0, "1T": 57.0}
 # The rows the efficiency constant (step_time.ACHIEVABLE) is fitted on, named before looking at
 # any error: three sizes of Table 1 (small without pipeline, mid without, large with); every
 # other row is held out.
