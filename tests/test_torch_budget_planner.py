@@ -2,7 +2,8 @@
 model used to run a minute and exit 0; a bad --out or size, a traceback); and (slow: a compile
 per budget) a small run's rows hold what the bench says it compares: ckptlab's op-level plan made
 before torch's bytes exist and within its own budget, the peak at least the end-of-forward bytes,
-the replayed ops that matmul FLOPs leave out, and a flag where both planners recompute 0 FLOPs."""
+the replayed ops that matmul FLOPs leave out, and a flag where both planners recompute 0 FLOPs; and
+(no compile: stand-ins for it) that ckptlab's rows do not move when torch's bytes do."""
 
 import importlib.util
 import re
@@ -85,3 +86,35 @@ def test_a_small_run_compares_what_it_says(bench, tmp_path, capsys):
     assert int(keep["recompute_flops"]) == 0 < int(keep["replayed_ops"])  # what FLOPs miss
     assert int(by[("-", "none")]["replayed_ops"]) == 0
     assert "op-level (planned first, by FLOPs) / torch.compile" in text
+
+
+def test_ckptlab_plans_before_torchs_bytes_exist(bench, tmp_path, monkeypatch, capsys):
+    """The op-level rows come out the same whatever torch.compile's run holds: two stand-ins for
+    torch.compile that hold different bytes (eager, which keeps everything, and every block
+    checkpointed) leave ckptlab's budget, its choice's bytes and FLOPs unchanged, while the
+    plan made at torch's bytes (op-level@torch) follows them. The CPU's time model is fixed so
+    that the time-costed plan sees the same numbers in both runs."""
+    monkeypatch.setattr(bench.op_plan.TimeModel, "measure",
+                        classmethod(lambda cls, repeats=21: cls(1e-5, 1e10, 1e10)))
+    stand_ins = {"keeps all": lambda model, x, y, b: (lambda: model(x, y)),
+                 "every(1)": lambda model, x, y, b: (lambda: model(x, y, schedule="every(1)"))}
+    runs = {}
+    for name, fake in stand_ins.items():
+        monkeypatch.setattr(bench, "compiled", fake)
+        out = tmp_path / name.replace("(", "").replace(")", "").replace(" ", "")
+        argv = ["--out", str(out), "--layers", "2", "--width", "32", "--heads", "2",
+                "--seq", "16", "--batch", "2", "--budgets", "0.3,0.9", "--repeats", "1"]
+        assert bench.main(argv) == 0
+        capsys.readouterr()
+        runs[name] = {(r["budget"], r["method"]): r
+                      for r in bench.csv.DictReader(open(out / "budget_planner.csv"))}
+    a, b = runs.values()
+    for budget in ("0.3", "0.9"):
+        assert a[(budget, "torch.compile")]["saved_bytes"] != b[(budget, "torch.compile")][
+            "saved_bytes"]  # the stand-ins differ
+        for method in ("op-level", "op-level(time)"):
+            for column in ("budget_bytes", "saved_bytes", "recompute_flops", "replayed_ops"):
+                assert a[(budget, method)][column] == b[(budget, method)][column], (method, column)
+        for r, fake in ((a, "keeps all"), (b, "every(1)")):  # planned at torch's bytes instead
+            assert r[(budget, "op-level@torch")]["budget_bytes"] == \
+                r[(budget, "torch.compile")]["saved_bytes"], fake
