@@ -2,14 +2,14 @@
 args, shared_mem=0) runs a kernel on the emulator. Arguments are checked against the kernel's
 own C parameter types before anything runs: a wrong count, a Python scalar where the kernel
 takes a 32-bit one (CuPy would pass 64 bits), a wrong dtype, a non-contiguous or read-only
-array for a written pointer, all raise EmuArgumentError with the parameter's name.
+array for a written pointer, all raise EmuArgumentError with the parameter's name. The
+kernels' names, parameter names and C types are read from the source by signature.py.
 """
 
 from __future__ import annotations
 
 import ctypes
 import random
-import re
 import threading
 import time
 from pathlib import Path
@@ -19,32 +19,10 @@ import numpy as np
 from . import abi, config, tracing
 from .build import EmuError, build_module, source_line
 from .counters import ArgTraffic, Launch, _publish
+from .signature import VECTOR_BYTES, dtype_for, kernel_names, parameter_names
 
 MAX_BLOCK_THREADS = abi.MAX_BLOCK_THREADS
 DEFAULT_SHARED_LIMIT = abi.SHARED_STATIC_LIMIT  # beyond it a GPU launch must opt in
-DTYPES = {
-    "float": np.float32, "double": np.float64, "int": np.int32, "unsigned int": np.uint32,
-    "long long": np.int64, "unsigned long long": np.uint64, "long": np.int64,
-    "unsigned long": np.uint64, "short": np.int16, "unsigned short": np.uint16,
-    "char": np.int8, "signed char": np.int8, "unsigned char": np.uint8, "bool": np.bool_,
-    "float2": np.float32, "float4": np.float32, "int2": np.int32, "int4": np.int32,
-    "uint2": np.uint32, "uint4": np.uint32, "double2": np.float64,
-    "__half": np.float16,  # emu/include/cuda_fp16.h; __nv_bfloat16: dtype_for
-}
-
-
-def dtype_for(ctype: str):
-    """NumPy's type for a kernel parameter's C type (emu/include/cuda_bf16.h for bfloat16), or
-    None. ml_dtypes is imported only for a kernel that takes __nv_bfloat16: importing it takes
-    about a second (ml_dtypes 0.7), which every process that loads a kernel would pay."""
-    if ctype == "__nv_bfloat16":
-        import ml_dtypes
-        return ml_dtypes.bfloat16
-    return DTYPES.get(ctype)
-
-
-VECTOR_BYTES = {"float2": 8, "float4": 16, "int2": 8, "int4": 16, "uint2": 8, "uint4": 16,
-                "double2": 16}
 _LAUNCH_LOCK = threading.Lock()  # one launch at a time per process (signals are global)
 _seeds = random.Random()  # block orders of shuffled launches: a fresh order each launch
 
@@ -84,52 +62,6 @@ def available_memory_bytes() -> int | None:
 
 class EmuArgumentError(EmuError, TypeError):
     """Arguments that don't match the kernel's parameters (also a TypeError)."""
-
-
-# ---- finding kernels and their parameter names in the source --------------------------------
-_KERNEL = re.compile(
-    r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+'
-    r"(?:__launch_bounds__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)\s*\("
-)
-
-
-def strip_comments(code: str) -> str:
-    """Remove // and /* */ comments, keeping newlines (so line numbers stay right)."""
-    return re.sub(r"//[^\n]*|/\*.*?\*/", lambda m: re.sub(r"[^\n]", " ", m.group()), code,
-                  flags=re.S)
-
-
-def kernel_names(code: str) -> list[str]:
-    """Names of the `extern "C" __global__ void NAME(` kernels, in source order."""
-    return _KERNEL.findall(strip_comments(code))
-
-
-def parameter_names(code: str, base: str) -> list[str]:
-    """Parameter names of kernel `base` as written in the source ([] if not found)."""
-    code = strip_comments(code)
-    m = re.search(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
-                  rf"(?:__launch_bounds__\s*\([^)]*\)\s*)?{re.escape(base)}\s*\(", code)
-    if not m:
-        return []
-    depth, i, start = 1, m.end(), m.end()
-    while i < len(code) and depth:
-        depth += {"(": 1, ")": -1}.get(code[i], 0)
-        i += 1
-    params, depth, cur = [], 0, ""
-    for ch in code[start:i - 1]:
-        depth += {"<": 1, "(": 1, ">": -1, ")": -1}.get(ch, 0)
-        if ch == "," and depth == 0:
-            params.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    params.append(cur)
-    names = []
-    for p in params:
-        words = re.findall(r"[A-Za-z_]\w*", p.split("=")[0])
-        if words:
-            names.append(words[-1])
-    return names
 
 
 # ---- the module -----------------------------------------------------------------------------
