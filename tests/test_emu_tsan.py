@@ -7,10 +7,11 @@ slot claim made non-atomic gives a data race naming that line: a race between wo
 by a tool, not by luck (2 million block claims on 2 cores never showed either). Slow: the
 runtime is compiled four times with the sanitizer.
 
-How: the counting hooks memory.cpp defines are named as TSan's own entry points (__tsan_read4,
-...), which GCC calls from the kernel's code. In this build they are renamed (-D__tsan_X=
-emu_hook_X) and so are the kernel object's calls to them (objcopy --redefine-sym): the kernel's
-accesses reach the emulator's hooks, and the runtime's own instrumented accesses reach libtsan.
+How: the counting hooks memory.cpp and atomics.cpp define are named as TSan's own entry points
+(__tsan_read4, ...), which GCC calls from the kernel's code. In this build they are renamed
+(-D__tsan_X=emu_hook_X) and so are the kernel object's calls to them (objcopy --redefine-sym):
+the kernel's accesses reach the emulator's hooks, and the runtime's own instrumented accesses
+reach libtsan.
 Only the runtime's stacks are switched between fibers, which TSan does not see: the runtime is
 built without function entry/exit hooks (no shadow call stack to confuse), and the workload has
 no faults (a siglongjmp across fibers would)."""
@@ -40,11 +41,13 @@ src = Path(sys.argv[1])  # a copy of ckptlab/emu's runtime, perhaps with a race 
 build.HERE = src
 build.RUNTIME = [src / p.name for p in build.RUNTIME]
 cxx = build.compiler()
-obj = Path(os.environ["CKPTLAB_CACHE_DIR"]) / "memory-names.o"
-subprocess.run([cxx, *build.BASE_FLAGS, "-I", str(src), "-c", str(src / "memory.cpp"), "-o",
-                str(obj)], check=True)
-names = subprocess.run(["nm", "--defined-only", str(obj)], capture_output=True, text=True,
-                       check=True).stdout
+names = ""
+for hooks in ("memory.cpp", "atomics.cpp"):  # the files that define the hooks GCC calls
+    obj = Path(os.environ["CKPTLAB_CACHE_DIR"]) / f"{hooks}-names.o"
+    subprocess.run([cxx, *build.BASE_FLAGS, "-I", str(src), "-c", str(src / hooks), "-o",
+                    str(obj)], check=True)
+    names += subprocess.run(["nm", "--defined-only", str(obj)], capture_output=True, text=True,
+                            check=True).stdout
 rename = {h: "emu_hook" + h[len("__tsan"):] for h in set(re.findall(r"\b(__tsan_\w+)", names))}
 assert "__tsan_read4" in rename and "__tsan_atomic32_fetch_add" in rename, sorted(rename)
 build.RUNTIME_FLAGS = build.RUNTIME_FLAGS + [
@@ -93,7 +96,7 @@ print("WORKLOAD DONE", "right" if right else "wrong")
 
 PLANTED = {
     "real": None,
-    "claim": ("launch.cpp", "__atomic_fetch_add(&g_next.value, 1, __ATOMIC_RELAXED)",
+    "claim": ("workers.cpp", "__atomic_fetch_add(&g_next.value, 1, __ATOMIC_RELAXED)",
               "g_next.value++"),
     "bitmap": ("memory.cpp", "__atomic_fetch_or(&bits[w], m, __ATOMIC_RELAXED)",
                "(bits[w] |= m)"),
@@ -148,7 +151,7 @@ def test_the_runtime_has_no_data_race_between_workers(tmp_path):
     assert "WORKLOAD DONE right" in proc.stdout  # outputs, atomics and unique bytes
 
 
-@pytest.mark.parametrize("which, where", [("claim", "launch.cpp"), ("bitmap", "memory.cpp"),
+@pytest.mark.parametrize("which, where", [("claim", "workers.cpp"), ("bitmap", "memory.cpp"),
                                          ("trace", "trace.cpp")])
 def test_a_planted_race_between_workers_is_found(tmp_path, which, where):
     found = races(under_tsan(tmp_path, which))

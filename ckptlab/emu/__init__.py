@@ -13,7 +13,7 @@ each element of each argument (tracing.py), and EmuError for faults inside
 kernels (barrier misuse, out-of-bounds or misaligned access, shared-memory race, stack
 overflow, runaway kernel...), which name the kernel, block, thread and source line and leave
 the Python process running. How it works: shim.h, then
-runtime.h (scheduler.cpp, memory.cpp, launch.cpp).
+runtime.h (scheduler.cpp, memory.cpp, workers.cpp, launch.cpp).
 """
 
 from .build import EmuCompileError, EmuError, cache_dir

@@ -1,9 +1,10 @@
 """Turn a .cu file into a shared library the emulator can load: rewrite what host C++ cannot
 say (rewrite.py), append one launcher per kernel, compile with g++ (two variants: "fast" plain,
 "counted" with GCC's memory-access hooks), link it with the runtime (scheduler.cpp, warps.cpp,
-memory.cpp, races.cpp, objects.cpp, regions.cpp, signals.cpp, trace.cpp, launch.cpp) and cache
-the result (cache.py), keyed by a hash of everything that affects the binary: the source, the
-headers it may include, shim.h, the runtime's sources, the flags and the compiler's version.
+memory.cpp, atomics.cpp, races.cpp, objects.cpp, regions.cpp, signals.cpp, trace.cpp,
+workers.cpp, launch.cpp) and cache the result (cache.py), keyed by a hash of everything that
+affects the binary: the source, the headers it may include, shim.h, the runtime's sources, the
+flags and the compiler's version.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ SHIM = HERE / "shim.h"
 # the kernel's own -I folders
 INCLUDE = HERE / "include"
 RUNTIME = [HERE / n for n in ("abi.h", "runtime.h", "scheduler.cpp", "warps.cpp", "memory.cpp",
-                              "races.cpp", "objects.cpp", "regions.cpp", "signals.cpp",
-                              "trace.cpp", "launch.cpp")]
+                              "atomics.cpp", "races.cpp", "objects.cpp", "regions.cpp",
+                              "signals.cpp", "trace.cpp", "workers.cpp", "launch.cpp")]
 
 BASE_FLAGS = [
     "-std=c++20", "-O2", "-g", "-fPIC", "-fvisibility=hidden",

@@ -3,13 +3,16 @@
 //
 //   scheduler.cpp  fibers, the block scheduler, __syncthreads
 //   warps.cpp      the warp operations, __trap, assert, abort
-//   memory.cpp     the memory hooks: classification, byte counts, bounds, atomics
+//   memory.cpp     the memory hooks: classification, byte counts, bounds, atomics' checks
+//   atomics.cpp    CUDA's atomics and the C++ atomics of the kernel file
 //   races.cpp      the race check's shadow memory
 //   objects.cpp    the objects accesses are checked against: staged kernel arguments, shared
 //                  arrays, __device__ variables, device malloc blocks
+//   regions.cpp    where the module's code and data lie, and the runtime's own
 //   signals.cpp    faults, signals (stack overflow, SIGSEGV, abort), the watchdog, Ctrl-C
 //   trace.cpp      the access trace: who read or wrote each byte of each kernel argument
-//   launch.cpp     emu_launch: workers take blocks until the grid is done or a fault stops all
+//   workers.cpp    the workers: their pool of threads, the blocks they take, in what order
+//   launch.cpp     emu_launch: checks, stages, runs the grid on the workers, merges the counts
 //
 // All of it is compiled WITHOUT the sanitizer (its own loads and stores must not call the
 // hooks) and linked into every emulated kernel module, its code and data renamed into sections
@@ -259,6 +262,13 @@ void switch_between(Fiber* f, Fiber& next);
 #endif
 
 // ---- what one file gives another --------------------------------------------------------------
+// workers.cpp
+uint64_t set_grid(const uint32_t* grid);  // the launch's grid; returns its number of blocks
+bool ensure_workers(int n);                // n workers' state and shared arenas, mapped
+bool shuffle_order();                      // a seeded block order (g_cfg.seed), else a fault
+void run_blocks();                         // every block of the grid, on g_nworkers workers
+// memory.cpp
+void on_atomic(void* p, size_t size, void* pc);  // check and count one atomic access
 // regions.cpp
 uint64_t pc_offset(void* pc);
 bool in_kernel_code(uintptr_t pc);

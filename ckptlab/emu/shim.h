@@ -207,7 +207,7 @@ inline T emu_shfl(int op, const char* f, int l, unsigned mask, T var, int arg, i
 #define __all_sync(mask, pred) \
     ((int)emu_warp_exchange(EMU_ALL, (mask), (pred) != 0, 0, 32, __FILE__, __LINE__))
 
-// ---- atomics (memory.cpp: they count themselves, since the runtime is not instrumented) -----
+// ---- atomics (atomics.cpp; memory.cpp counts them, since the runtime is not instrumented) --
 float atomicAdd(float* a, float v);
 double atomicAdd(double* a, double v);
 int atomicAdd(int* a, int v);
