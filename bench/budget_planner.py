@@ -65,7 +65,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ckptlab.args import UsageError, positive_int, run_command
 from ckptlab.cli.report import TooBig, check_bytes, writable_folder
-from ckptlab.measure import step_memory
+from ckptlab.cluster import step_memory
 from ckptlab.torch import gpt_bytes, nets, op_plan
 from ckptlab.torch.ledger import TorchLedger
 from ckptlab.torch.schedule import make_schedule

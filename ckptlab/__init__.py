@@ -8,7 +8,9 @@ cycle). From the bottom:
     device, rng,          the target ("cuda" | "emu"), Philox, the float64 truths, the
       reference, args     command lines' argument types and one-line usage errors
     kernels               launch wrappers and the one table of tiles and limits
-    measure               timers, ncu, traffic models, roofline, plots, at_scale
+    measure               one launch: timers, ncu, traffic models, roofline, time model, plots
+    cluster               a training step per GPU: activations at scale, step memory and
+                          time, pipelines, the planner, the published runs held against
     engine                the autograd engine: Tensor, tape, ops, layers
     recompute             what to store and what to recompute: plans, checkpoint, ledger,
                           profiles, schedules
@@ -26,6 +28,7 @@ LAYERS = (
     ("device", "rng", "reference", "args"),
     ("kernels",),
     ("measure",),
+    ("cluster",),
     ("engine",),
     ("recompute",),
     ("models",),

@@ -1,4 +1,4 @@
-"""ckptlab.measure.at_scale against Korthikanti et al. 2022's formulas as docs/references.md
+"""ckptlab.cluster.at_scale against Korthikanti et al. 2022's formulas as docs/references.md
 states them (16-bit activations, tensor parallel t, sequence parallel), written out here
 independently in exact fractions; and the terms behind them, at other bytes per value."""
 
@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from ckptlab.measure import at_scale
+from ckptlab.cluster import at_scale
 
 GPT3 = dict(s=2048, b=1, h=12288, a=96)
 SIZES = [GPT3, dict(s=17, b=3, h=64, a=4), dict(s=100, b=2, h=48, a=6)]
@@ -99,7 +99,7 @@ def test_korthikanti_accounting_follows_all_four_published_ratios():
     """Table 5's HFU / MFU for 22B, 175B, 530B and 1T (1.053, 1.027, 1.018, 1.012) from their
     Eq. 8, within the rounding of one-decimal percentages; the lab's first-principles count is
     below every one of them by more than that rounding: the two accountings differ."""
-    from ckptlab.measure import published_runs as pr
+    from ckptlab.cluster import published_runs as pr
 
     for name, hfu in pr.HFU_PCT.items():
         r = pr.run(name)

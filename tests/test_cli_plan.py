@@ -11,8 +11,8 @@ import pytest
 
 from ckptlab.cli import main as cli
 from ckptlab.cli import plan
-from ckptlab.measure import planner, step_time
-from ckptlab.measure import step_memory as sm
+from ckptlab.cluster import planner, step_time
+from ckptlab.cluster import step_memory as sm
 
 GIB = 1024**3
 

@@ -7,8 +7,8 @@ import re
 import pytest
 
 from ckptlab.cli import plan
+from ckptlab.cluster import planner
 from ckptlab.exercises import plan_layout
-from ckptlab.measure import planner
 
 GPT3 = plan.MODELS["gpt3-175b"]
 CLUSTER = dict(model=GPT3, gpus=128, gpu="a100", memory_gib=80, batch=128)

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from ckptlab.cli import main as cli
-from ckptlab.measure import pipeline, planner, step_time
-from ckptlab.measure import step_memory as sm
+from ckptlab.cluster import pipeline, planner, step_time
+from ckptlab.cluster import step_memory as sm
 
 BAD = ["0", "-1", "nan", "inf", "-inf", "1e20", "2.5", "", "abc", "9" * 23, "True"]
 PLAN_OPTIONS = {

@@ -7,7 +7,7 @@ import pathlib
 import pytest
 
 from ckptlab.cli import plan
-from ckptlab.measure import planner, step_time
+from ckptlab.cluster import planner, step_time
 
 nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (requirements-dev)")
 

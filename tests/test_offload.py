@@ -1,10 +1,10 @@
-"""CPU offload modeled beside recompute (ckptlab.measure.offload), against hand arithmetic
+"""CPU offload modeled beside recompute (ckptlab.cluster.offload), against hand arithmetic
 from the sources' numbers: PCIe 16 or 32 GT/s x 16 lanes with 128b/130b encoding, NVLink-C2C
 450 GB/s a direction, the H100's 989.5 TFLOP/s dense BF16, Korthikanti's per-layer bytes."""
 
 import pytest
 
-from ckptlab.measure import offload
+from ckptlab.cluster import offload
 
 GPT3 = dict(s=2048, b=1, h=12288, a=96)
 FWD_FLOPS = 24 * 2048 * 12288**2 + 4 * 2048**2 * 12288  # one GPT-3 layer's forward matmuls

@@ -1,11 +1,11 @@
-"""ckptlab.measure.pipeline on paper: the micro-batches a stage holds in flight against a
+"""ckptlab.cluster.pipeline on paper: the micro-batches a stage holds in flight against a
 simulation of Megatron-LM's own schedule (the order its forward_backward_pipelining functions
 run forwards and backwards on one stage), Korthikanti's first-stage formula, the bubble, the
 layer placement, the bytes between stages, and bad input refused in one line."""
 
 import pytest
 
-from ckptlab.measure import pipeline
+from ckptlab.cluster import pipeline
 
 
 def megatron_peak(stage, p, m, v):

@@ -8,7 +8,7 @@ import pytest
 
 from ckptlab.cli import bench_plan_check as pc
 from ckptlab.cli import main as cli
-from ckptlab.measure import published_runs, step_time
+from ckptlab.cluster import published_runs, step_time
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +120,8 @@ def test_the_planner_limited_to_each_runs_software(table):
 
 
 def test_planner_options_leave_out_what_a_run_did_not_have():
-    from ckptlab.measure import planner
-    from ckptlab.measure import step_memory as sm
+    from ckptlab.cluster import planner
+    from ckptlab.cluster import step_memory as sm
 
     model = sm.GPTShape(8, 1024, 16, 1024, 51200)
     kw = dict(batch=64, recipe="bf16", loss="fused")

@@ -1,4 +1,4 @@
-"""ckptlab.measure.planner at t = 2, by hand: the vocabulary padded to a multiple of 128 t (as
+"""ckptlab.cluster.planner at t = 2, by hand: the vocabulary padded to a multiple of 128 t (as
 Megatron-LM's --make-vocab-size-divisible-by), which the option's memory is modeled with, and an
 option's recompute FLOPs per GPU (each tensor-parallel rank redoes 1/t of its layers' work).
 The tensor- and data-parallel communication at t, d > 1 is worked by hand in
@@ -8,8 +8,8 @@ import dataclasses
 
 import pytest
 
-from ckptlab.measure import planner
-from ckptlab.measure import step_memory as sm
+from ckptlab.cluster import planner
+from ckptlab.cluster import step_memory as sm
 
 A100 = "A100-SXM4-80GB"
 G = sm.GPTShape(layers=4, hidden=256, heads=4, seq=128, vocab=1100)

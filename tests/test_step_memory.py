@@ -1,4 +1,4 @@
-"""ckptlab.measure.step_memory on paper: ZeRO's own numbers (Rajbhandari et al. 2020, Figure 1:
+"""ckptlab.cluster.step_memory on paper: ZeRO's own numbers (Rajbhandari et al. 2020, Figure 1:
 7.5B parameters on 64 GPUs), Korthikanti's per-layer table where the model has dropout and
 leaves LayerNorm's statistics out, GPT-3's parameter count, and steps worked by hand on a model
 small enough to check on paper (L=4, h=8, a=2, s=4, V=16) for every parameter that changes the
@@ -8,8 +8,8 @@ tests/test_torch_step_memory.py and tests/test_torch_loss_memory.py.)"""
 
 import pytest
 
-from ckptlab.measure import at_scale
-from ckptlab.measure import step_memory as sm
+from ckptlab.cluster import at_scale
+from ckptlab.cluster import step_memory as sm
 
 SMALL = dict(layers=4, hidden=8, heads=2, seq=4, vocab=16)
 SBH = 4 * 1 * 8  # s b h at micro-batch 1
@@ -139,7 +139,7 @@ def test_pipeline_1f1b_by_hand():
 
 def test_pipeline_interleaved_by_hand():
     """p = 2, v = 2 (one layer a chunk), m = 4: stage 0 holds 3 + 2 = 5 chunks in flight,
-    stage 1 holds 2 + 1 = 3 (ckptlab.measure.pipeline)."""
+    stage 1 holds 2 + 1 = 3 (ckptlab.cluster.pipeline)."""
     g = sm.GPTShape(**SMALL, tied=False)
     lay = sm.Layout(pp=2, vp=2)
     layer = 16 * 4 * SBH + 4 * 2 * 16

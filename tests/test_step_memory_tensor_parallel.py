@@ -1,10 +1,10 @@
-"""ckptlab.measure.step_memory at t = 2, worked by hand on the small model of
+"""ckptlab.cluster.step_memory at t = 2, worked by hand on the small model of
 tests/test_step_memory.py (L=4, h=8, a=2, s=4, V=16, micro-batch 1, so s b h = 32): the parts
 that only a tensor-parallel layout divides by t, each in a case where it changes the answer:
 the embedding dropout's mask with sequence parallelism, the gathered FSDP unit (a layer's
 parameters on one tensor-parallel rank), FlashAttention's dQ accumulator and D."""
 
-from ckptlab.measure import step_memory as sm
+from ckptlab.cluster import step_memory as sm
 
 SMALL = sm.GPTShape(layers=4, hidden=8, heads=2, seq=4, vocab=16)
 SBH = 4 * 1 * 8

@@ -1,4 +1,4 @@
-"""ckptlab.measure.step_time on paper: a step's seconds worked by hand, term by term, for every
+"""ckptlab.cluster.step_time on paper: a step's seconds worked by hand, term by term, for every
 parameter that changes them (tensor and sequence parallelism, pipeline stages and virtual
 stages, each ZeRO stage's traffic per micro-batch, recompute, overlap), standard attention's
 launches (scores, probabilities and dropout through HBM) worked by hand, FlashAttention from
@@ -6,8 +6,9 @@ the lab's time model (so it wins below d = 2R/3), and bad input refused."""
 
 import pytest
 
-from ckptlab.measure import crossing, roofline, step_time, timemodel
-from ckptlab.measure import step_memory as sm
+from ckptlab.cluster import step_memory as sm
+from ckptlab.cluster import step_time
+from ckptlab.measure import crossing, roofline, timemodel
 
 A100 = "A100-SXM4-80GB"
 F = 0.5

@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ckptlab.measure import step_memory  # noqa: E402
+from ckptlab.cluster import step_memory  # noqa: E402
 from ckptlab.torch import METHODS, demo, gpt_bytes  # noqa: E402
 
 S, B, H, A = 9, 2, 32, 2  # seq, sequences, width, heads: a s = 18 < h + a, so flash keeps more

@@ -1,6 +1,6 @@
 """What PyTorch's cross-entropy holds, measured: every tensor an op creates during the backward
 is tracked (TorchDispatchMode, its storage's bytes until the tensor is freed), and the most
-alive at once beside the saved log-softmax is what ckptlab.measure.step_memory.loss_bytes
+alive at once beside the saved log-softmax is what ckptlab.cluster.step_memory.loss_bytes
 counts for loss="torch": two fp32 logits-sized buffers (nll_loss_backward's and
 _log_softmax_backward_data's)."""
 
@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_flatten  # noqa: E402
 
-from ckptlab.measure import step_memory as sm  # noqa: E402
+from ckptlab.cluster import step_memory as sm  # noqa: E402
 
 
 class NewStorage(TorchDispatchMode):

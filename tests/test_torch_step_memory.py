@@ -1,4 +1,4 @@
-"""ckptlab.measure.step_memory against measurement. In this process (cheap): the saved bytes
+"""ckptlab.cluster.step_memory against measurement. In this process (cheap): the saved bytes
 of a torch GPT (ckptlab.torch.nets, fp32, no dropout, SDPA's math attention), measured by
 TorchLedger for no recompute, Korthikanti's selective (recompute(attn)) and full (every block
 checkpointed), equal the model's activation term exactly, for odd and even shapes. Two
@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ckptlab.measure import step_memory as sm  # noqa: E402
+from ckptlab.cluster import step_memory as sm  # noqa: E402
 from ckptlab.torch import demo, fsdp, nets  # noqa: E402
 from ckptlab.torch.ledger import TorchLedger  # noqa: E402
 

@@ -1,15 +1,15 @@
 """The step model against published training runs: `python -m ckptlab bench plan-check`
 
-For each run of ckptlab.measure.published_runs (Narayanan et al. 2021, Table 1: ten GPT models
+For each run of ckptlab.cluster.published_runs (Narayanan et al. 2021, Table 1: ten GPT models
 from 1.7B to 1T; Korthikanti et al. 2022, Tables 3 and 5: 22B to 1T), on the run's own GPUs
 (A100 80GB) and batch:
-  fits       does the published layout fit 80 GiB a GPU by ckptlab.measure.step_memory?
-  modeled    its TFLOP/s per GPU by ckptlab.measure.step_time, in the paper's own FLOP count,
+  fits       does the published layout fit 80 GiB a GPU by ckptlab.cluster.step_memory?
+  modeled    its TFLOP/s per GPU by ckptlab.cluster.step_time, in the paper's own FLOP count,
              against the published one. One efficiency constant (step_time.ACHIEVABLE, the
              fraction of the peak the arithmetic reaches) is fitted on the rows named in
              published_runs.CALIBRATION; the error is reported on every row, the held-out ones
              apart.
-  planner    the plan ckptlab.measure.planner chooses on the same GPUs and batch: its layout,
+  planner    the plan ckptlab.cluster.planner chooses on the same GPUs and batch: its layout,
              its modeled time against the published layout's, and the term that differs most;
              then the planner limited to what the run's software had (published_runs.SOFTWARE:
              no FlashAttention, no ZeRO; Narayanan's runs without sequence parallelism or
@@ -28,8 +28,8 @@ import math
 import sys
 
 from ckptlab.cli.report import UsageError, writable_file, write_csv
-from ckptlab.measure import planner, published_runs, step_time
-from ckptlab.measure import step_memory as sm
+from ckptlab.cluster import planner, published_runs, step_time
+from ckptlab.cluster import step_memory as sm
 
 GPU = "A100-SXM4-80GB"
 MEMORY = 80 * 2**30  # nvidia-smi reports 81920 MiB on an A100 80GB

@@ -7,12 +7,12 @@
     python -m ckptlab plan --sequential pkg.mod:factory --input-shape 64,512 ...  (measured:
                                                       ckptlab.cli.plan_sequential)
 
-Every layout of the GPUs is tried (ckptlab.measure.planner): tensor parallelism t within a node
+Every layout of the GPUs is tried (ckptlab.cluster.planner): tensor parallelism t within a node
 (with sequence parallelism or not), pipeline stages p (1F1B, or interleaved with v virtual
 stages), data parallelism d with ZeRO stage 0-3 (0-1 with a pipeline), the micro-batch; for
-each, the recompute that fits the GPU's memory (ckptlab.measure.step_memory: per layer none,
+each, the recompute that fits the GPU's memory (ckptlab.cluster.step_memory: per layer none,
 FlashAttention's or Korthikanti's selective, with the fewest layers recomputed whole). The plan
-printed is the one with the shortest modeled step (ckptlab.measure.step_time: compute at an
+printed is the one with the shortest modeled step (ckptlab.cluster.step_time: compute at an
 achievable fraction of the peak fitted on published runs, attention launch by launch (standard
 attention as Megatron-LM and PyTorch run it, FlashAttention from the lab's time model),
 element-wise kernels, tensor-parallel, pipeline and data-parallel communication, the bubble),
@@ -36,8 +36,9 @@ import sys
 from pathlib import Path
 
 from ckptlab.cli.report import UsageError, positive_float, positive_int
-from ckptlab.measure import planner, roofline, step_time
-from ckptlab.measure import step_memory as sm
+from ckptlab.cluster import planner, step_time
+from ckptlab.cluster import step_memory as sm
+from ckptlab.measure import roofline
 
 GIB = 1024**3
 MODELS = {
@@ -104,7 +105,7 @@ def report(model, chosen, rows, gpus, gpu, memory, recipe, loss="torch",
              f"x {name} with {memory / GIB:.3g} GiB each (every number modeled)",
              f"  loss: {sm.LOSSES[loss]}",
              f"  compute at {achievable:g} of the peak (fitted on published runs: bench "
-             "plan-check); data-parallel traffic overlapped as ckptlab.measure.step_time says"]
+             "plan-check); data-parallel traffic overlapped as ckptlab.cluster.step_time says"]
     if chosen is None:
         lines.append(nothing_fits(rows, gpus, batch))
     else:

@@ -3,7 +3,7 @@ any torch.nn.Sequential, measured rather than written: FACTORY() builds the chai
 on a random input of that shape (the micro-batch of one GPU) and ckptlab.torch.profile records
 what each module saves and computes. The GPUs hold it data-parallel (no tensor parallelism: a
 chain of arbitrary modules has no known split) under ZeRO stage 0-3; for each stage the model
-states come from the parameter count and the recipe (ckptlab.measure.step_memory), ZeRO-3 adds
+states come from the parameter count and the recipe (ckptlab.cluster.step_memory), ZeRO-3 adds
 its largest module gathered twice over and its unsharded gradients, and what is left of the
 GPU's memory is the budget of ckptlab's optimal schedule over the modules (whole modules
 kept or recomputed, nested as the DP finds best). Activations are measured in the chain's own
@@ -16,8 +16,8 @@ import importlib
 import math
 
 from ckptlab.cli.report import UsageError, check_bytes
+from ckptlab.cluster import step_memory as sm
 from ckptlab.measure import roofline
-from ckptlab.measure import step_memory as sm
 from ckptlab.recompute import schedules
 
 GIB = 1024**3

@@ -1,13 +1,13 @@
 """Checkers of labs/11_activations_at_scale.ipynb, one function per exercise.
 
 The expected values come from ckptlab itself (Korthikanti et al.'s formula in
-ckptlab.measure.at_scale), never typed in.
+ckptlab.cluster.at_scale), never typed in.
 """
 
 from __future__ import annotations
 
+from ckptlab.cluster import at_scale
 from ckptlab.exercises.verdict import Verdict, close, exact
-from ckptlab.measure import at_scale
 
 
 def korthikanti_bytes(answer, s: int, b: int, h: int, a: int) -> Verdict:

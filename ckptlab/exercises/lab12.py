@@ -7,9 +7,9 @@ the checker that runs a torch model, so that it loads without PyTorch.
 
 from __future__ import annotations
 
+from ckptlab.cluster import at_scale
 from ckptlab.exercises import lab10
 from ckptlab.exercises.verdict import NOT_YET, Verdict, exact, unanswered, wrong
-from ckptlab.measure import at_scale
 
 
 def mlp_block_saved_bytes(answer, B: int, D: int) -> Verdict:

@@ -1,14 +1,14 @@
 """Checkers of labs/13_offload_or_recompute.ipynb (offloading activations to host memory
 against recomputing them), one function per exercise.
 
-The expected values come from ckptlab itself (ckptlab.measure.offload and at_scale), never
+The expected values come from ckptlab itself (ckptlab.cluster.offload and at_scale), never
 typed in.
 """
 
 from __future__ import annotations
 
+from ckptlab.cluster import at_scale, offload
 from ckptlab.exercises.verdict import Verdict, close
-from ckptlab.measure import at_scale, offload
 
 
 def copy_ms(answer, link: str, s: int, b: int, h: int, a: int) -> Verdict:

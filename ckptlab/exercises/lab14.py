@@ -2,15 +2,15 @@
 for a run), one function per exercise: zero3_state_bytes (1), zero1_state_bytes (2) and
 choose_layout (3, "choose t and p for a given model and cluster": ckptlab.exercises.plan_layout).
 
-The expected values come from ckptlab itself (the step model in ckptlab.measure.step_memory,
-the planner in ckptlab.measure.planner), never typed in.
+The expected values come from ckptlab itself (the step model in ckptlab.cluster.step_memory,
+the planner in ckptlab.cluster.planner), never typed in.
 """
 
 from __future__ import annotations
 
+from ckptlab.cluster import step_memory as sm
 from ckptlab.exercises.plan_layout import choose_layout
 from ckptlab.exercises.verdict import Verdict, close
-from ckptlab.measure import step_memory as sm
 
 __all__ = ["choose_layout", "zero1_state_bytes", "zero3_state_bytes"]
 

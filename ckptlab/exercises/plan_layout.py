@@ -2,7 +2,7 @@
 
 The learner names a tensor-parallel size t and a pipeline size p for a GPT on N GPUs of M GiB
 with a global batch; data parallelism takes the rest (d = N / (t p)). The expected answer comes
-from ckptlab itself (ckptlab.measure.planner: every layout, its best micro-batch, sharding and
+from ckptlab itself (ckptlab.cluster.planner: every layout, its best micro-batch, sharding and
 recompute, by modeled step time), never typed in. Right: a (t, p) whose best step is within
 TOLERANCE of the fastest layout's (several can tie). Wrong: the reason (not a layout, does not
 fit, or fits but slower, and on what), never the answer.
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import functools
 
+from ckptlab.cluster import planner, step_time
+from ckptlab.cluster import step_memory as sm
 from ckptlab.exercises.verdict import NOT_YET, Verdict, right, unanswered, wrong
-from ckptlab.measure import planner, step_time
-from ckptlab.measure import step_memory as sm
 
 TOLERANCE = 0.03  # within 3% of the fastest layout's modeled step counts as right
 

@@ -1,4 +1,5 @@
-"""The instruments and the models they are compared with.
+"""The instruments and the models they are compared with, at the scale of one kernel launch
+(the cluster-scale models of a training step are ckptlab.cluster, built on these).
 
     timing.py    time_fn (CUDA events or perf_counter: median and spread), peak_memory,
                  blas_threads (BLAS pools limited in-process), quartiles
@@ -11,15 +12,7 @@
     timemodel.py modeled time: launch cost + waves x roofline, unique/counted bounds; the
                  naive/stored/flash decomposition
     crossing.py  when recompute stops paying: the rule d < 2 R / 3, the modeled recompute gain
-    at_scale.py  Korthikanti et al.'s activation memory of a transformer layer at scale
-    step_memory.py  a training step's bytes per GPU: model states by ZeRO stage and recipe,
-                 activations per pipeline stage, FSDP's gathered units, the loss's buffers
-                 (model_shape.py: the GPTShape and Layout it is asked about)
-    pipeline.py  1F1B and interleaved schedules: micro-batches in flight, bubble, p2p bytes
-    step_time.py a step's modeled seconds: compute, attention (timemodel), communication by
-                 parallelism and ZeRO stage, the bubble
-    planner.py   the fastest layout that fits (what `python -m ckptlab plan` prints)
-    published.py, published_runs.py  the published measurements the models are held against
+    published.py the papers' kernel measurements the time model is held against
     plots.py     memory / time / bytes against N, the roofline, memory traces, Pareto fronts
     tradeoff_plots.py  memory against speed (and against FLOPs), per method or schedule
     access_plots.py  who touched what: an emulator access trace (emu.trace()) as a map of each

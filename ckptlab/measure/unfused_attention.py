@@ -2,7 +2,7 @@
 their dropout each go through HBM, one launch after another. Every number here is *modeled*.
 
 Megatron-LM's CoreAttention (megatron/model/transformer.py, 2021-22: what the runs of
-ckptlab.measure.published_runs ran) and PyTorch's math attention (torch.matmul, softmax,
+ckptlab.cluster.published_runs ran) and PyTorch's math attention (torch.matmul, softmax,
 dropout, matmul) launch the same sequence. Per head of one sequence, with N = s^2 scores,
 w-byte values (2: bf16 / fp16), the dropout mask 1 byte a score:
 
@@ -24,7 +24,7 @@ backward (13 and 19 at w = 2) beside the four GEMMs' 2 N d FLOPs each; without d
 launches go (P is used where P' was). Every
 score is computed and written, causal or not (Megatron's upper-triangular masked softmax writes
 the masked ones as zeros). The saved tensors, P, the mask and P' (5 a s^2 b at w = 2), are
-Korthikanti et al.'s (ckptlab.measure.step_memory).
+Korthikanti et al.'s (ckptlab.cluster.step_memory).
 
 A launch takes timemodel.LAUNCH_S plus the roofline, max(FLOPs / (achievable x peak),
 bytes / bandwidth): these launches are large enough to fill their waves (b a s^2 elements).

@@ -35,7 +35,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from ckptlab import emu
-from ckptlab.measure import step_memory
+from ckptlab.cluster import step_memory
 from ckptlab.torch import dist as cdist
 from ckptlab.torch import gpt_bytes
 from ckptlab.torch.ledger import TorchLedger, storage_of
@@ -180,7 +180,7 @@ def main(nproc: int, cfg: Config, optimizer: str = "adam") -> int:
 
 
 def predicted(result: dict) -> dict:
-    """ckptlab.measure.step_memory's terms for one rank of this run (fp32, no dropout, the
+    """ckptlab.cluster.step_memory's terms for one rank of this run (fp32, no dropout, the
     LayerNorms' statistics counted), its slice of the batch; the activations for the schedules
     the model knows ("none": nothing recomputed, every(1): each block checkpointed, i.e.
     Korthikanti's full), with the attention the model runs (gpt_bytes: flash keeps O and L
@@ -262,7 +262,7 @@ def report(result: dict) -> str:
     bad = check(result)
     lines.append("all equal (saved bytes exactly, losses within a relative "
                  f"{TOLERANCE:g})" if not bad else "MISMATCH: " + "; ".join(bad))
-    lines += ["", "bytes per rank, modeled (ckptlab.measure.step_memory; the activations with "
+    lines += ["", "bytes per rank, modeled (ckptlab.cluster.step_memory; the activations with "
               "the attention run, ckptlab.torch.gpt_bytes) vs measured by storage:",
               memory_table(result)]
     return "\n".join(lines)

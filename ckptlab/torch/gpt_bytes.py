@@ -1,5 +1,5 @@
 """What ckptlab.torch.nets.GPT saves for its backward, on paper (modeled bytes), for each
-attention it can run: the terms of ckptlab.measure.step_memory (Korthikanti et al.'s table in
+attention it can run: the terms of ckptlab.cluster.step_memory (Korthikanti et al.'s table in
 fp32, no dropout, LayerNorm statistics counted) with the attention core that really runs, and
 one stage of the model holding several micro-batches at once (ckptlab.torch.pipelined).
 
@@ -22,7 +22,7 @@ block's backward, holds that block's whole saved set again.
 
 from __future__ import annotations
 
-from ckptlab.measure import step_memory
+from ckptlab.cluster import step_memory
 
 W = 4  # bytes of an fp32 value: the demos train in fp32
 ATTENTION = ("naive", "stored", "flash", "sdpa", "math")  # the kinds modeled (nets.ATTENTION)

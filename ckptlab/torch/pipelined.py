@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ckptlab import emu
-from ckptlab.measure import step_memory
+from ckptlab.cluster import step_memory
 from ckptlab.torch import dist as cdist
 from ckptlab.torch import nets, pipeline
 from ckptlab.torch.ledger import TorchLedger

@@ -14,7 +14,7 @@ identity: the same code is the one-process reference. Dropout masks come from Ph
 the same masks, and a recompute redraws them.
 
 What a rank saves, counted by storage (ckptlab.torch.ledger), is Korthikanti's list for that t
-(ckptlab.measure.at_scale.layer_activation_bytes, at this block's bytes per value) plus one
+(ckptlab.cluster.at_scale.layer_activation_bytes, at this block's bytes per value) plus one
 thing their count leaves out: each LayerNorm's per-token mean and rstd (fp32), 2 x 2 x 4 s b
 bytes per block (`layernorm_stats_bytes`).
 """
@@ -30,7 +30,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ckptlab import rng
-from ckptlab.measure import at_scale
+from ckptlab.cluster import at_scale
 from ckptlab.recompute.plan import Seg
 from ckptlab.torch.ledger import TorchLedger
 from ckptlab.torch.schedule import run_plan

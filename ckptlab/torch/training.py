@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ckptlab.measure import step_memory
+from ckptlab.cluster import step_memory
 from ckptlab.torch import gpt_bytes, nets
 from ckptlab.torch.schedule import make_schedule
 

@@ -1,7 +1,7 @@
 """Worked solutions of labs/14_plan_a_run.ipynb (try the exercises first).
 tests/test_exercises.py holds them to ckptlab's checkers."""
 
-from ckptlab.measure import step_memory as sm
+from ckptlab.cluster import step_memory as sm
 
 GPT3 = sm.GPTShape(96, 12288, 96, 2048, 51200)  # vocabulary padded to 51,200 (Megatron)
 

@@ -1,6 +1,6 @@
 """What a training run's memory and time are modeled for: the shape of a GPT (GPTShape) and the
 layout of its GPUs (Layout), each checked when made, so that a bad size fails where it is
-written. ckptlab.measure.step_memory re-exports both.
+written. ckptlab.cluster.step_memory re-exports both.
 
     GPTShape(layers=96, hidden=12288, heads=96, seq=2048, vocab=51200)
     Layout(dp=16, tp=8, sp=True, zero=1, micro_batch=1, pp=8, vp=3)

@@ -21,9 +21,9 @@ embedding, as Megatron-LM does):
               ("main grads"): 2 + 4 + 12 = 18 bytes; with stage 1 that is Megatron's
               distributed optimizer, 6 + 12 / d (Megatron-Core docs, distrib_optimizer).
               "fp32": 4 + 4 + 8 = 16, with no master copy.
-  activations for each micro-batch a stage holds in flight (ckptlab.measure.pipeline: p - i on
+  activations for each micro-batch a stage holds in flight (ckptlab.cluster.pipeline: p - i on
               stage i with 1F1B, more with virtual stages), per layer Korthikanti et al. 2022
-              (ckptlab.measure.at_scale, Table 2) for the recompute choice, tensor and sequence
+              (ckptlab.cluster.at_scale, Table 2) for the recompute choice, tensor and sequence
               parallelism, at the recipe's activation bytes; `dropout=False` drops their
               dropout masks and outputs (2 s b h + 3 a s^2 b of their 34 s b h + 5 a s^2 b),
               `ln_stats` adds what they leave out: each LayerNorm's fp32 mean and rstd
@@ -54,8 +54,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from ckptlab.measure import at_scale, pipeline
-from ckptlab.measure.model_shape import GPTShape, Layout, _positive  # noqa: F401 (re-exported)
+from ckptlab.cluster import at_scale, pipeline
+from ckptlab.cluster.model_shape import GPTShape, Layout, _positive  # noqa: F401 (re-exported)
 
 RECOMPUTE = at_scale.RECOMPUTE
 

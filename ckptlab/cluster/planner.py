@@ -1,6 +1,6 @@
 """Choose a training run's layout by modeled step time: every layout of the GPUs that the batch
-divides, for each the recompute that fits the GPU's memory (ckptlab.measure.step_memory) with
-the shortest step (ckptlab.measure.step_time). Every number is *modeled*.
+divides, for each the recompute that fits the GPU's memory (ckptlab.cluster.step_memory) with
+the shortest step (ckptlab.cluster.step_time). Every number is *modeled*.
 
     chosen, rows = plan(model, gpus=1024, gpu="a100", memory=80 * 2**30, batch=1536)
 
@@ -27,8 +27,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ckptlab.measure import at_scale, pipeline, roofline, step_time
-from ckptlab.measure import step_memory as sm
+from ckptlab.cluster import at_scale, pipeline, step_time
+from ckptlab.cluster import step_memory as sm
+from ckptlab.measure import roofline
 
 BASES = ("none", "flash", "selective")
 ZERO_STAGES = (0, 1, 2, 3)

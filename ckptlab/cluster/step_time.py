@@ -27,7 +27,7 @@ Per micro-batch on one pipeline stage (L / p layers), forward then backward:
               NVLink inside a node. On the critical path (not overlapped). The loss: Megatron's
               fused one all-reduces three s b fp32 vectors; PyTorch's needs the logits gathered.
   pipeline    p2p: the activation forward and its gradient backward across each of the v stage
-              boundaries a micro-batch crosses on this GPU (ckptlab.measure.pipeline.p2p_bytes:
+              boundaries a micro-batch crosses on this GPU (ckptlab.cluster.pipeline.p2p_bytes:
               1/t a GPU, scatter/gather, then an all-gather over NVLink), on the critical
               path. A step runs m + (p - 1) / v micro-batches' time of the slowest stage (the
               bubble: (p - 1) / (v m) of the ideal).
@@ -58,8 +58,9 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from ckptlab.measure import offload, pipeline, roofline, timemodel, unfused_attention
-from ckptlab.measure import step_memory as sm
+from ckptlab.cluster import offload, pipeline
+from ckptlab.cluster import step_memory as sm
+from ckptlab.measure import roofline, timemodel, unfused_attention
 
 LINKS = {  # GPU -> (GPUs a node, bytes/s per direction within a node, across nodes per GPU)
     # A100 datasheet: NVLink 600 GB/s (both directions); DGX A100 datasheet: 8 GPUs, 8x
@@ -68,12 +69,12 @@ LINKS = {  # GPU -> (GPUs a node, bytes/s per direction within a node, across no
     # H100 / H200 datasheets: NVLink 900 GB/s; DGX H100 / H200: 8x ConnectX-7 400 Gb/s NDR
     "H100-SXM5-80GB": (8, 450e9, 50e9),
     "H200-SXM-141GB": (8, 450e9, 50e9),
-    # PCIe cards: PCIe 4.0 x16 both ways (ckptlab.measure.offload.LINKS)
+    # PCIe cards: PCIe 4.0 x16 both ways (ckptlab.cluster.offload.LINKS)
     "L4": (8, offload.LINKS["PCIe 4.0 x16"], offload.LINKS["PCIe 4.0 x16"]),
     "RTX-4090": (1, offload.LINKS["PCIe 4.0 x16"], offload.LINKS["PCIe 4.0 x16"]),
 }
 # The fraction of the peak the arithmetic reaches. One constant, fitted by `python -m ckptlab
-# bench plan-check --fit` on the calibration rows named in ckptlab.measure.published_runs
+# bench plan-check --fit` on the calibration rows named in ckptlab.cluster.published_runs
 # (CALIBRATION) and held against the others; tests/test_plan_check.py refits it and fails if
 # this value drifts from the fit.
 ACHIEVABLE = 0.614
@@ -248,8 +249,8 @@ def step_time(model: sm.GPTShape, layout: sm.Layout, gpu, recipe="bf16",
 
 def model_flops(model: sm.GPTShape, batch: int) -> float:
     """Model FLOPs of a step of `batch` sequences: 72 B L s h^2 (1 + s/(6h) + V/(12 h L))
-    (Korthikanti et al. 2022, Eq. 7; ckptlab.measure.at_scale.step_flops)."""
-    from ckptlab.measure import at_scale
+    (Korthikanti et al. 2022, Eq. 7; ckptlab.cluster.at_scale.step_flops)."""
+    from ckptlab.cluster import at_scale
 
     return float(at_scale.step_flops(model.seq, batch, model.hidden, model.layers, model.vocab))
 

@@ -17,7 +17,8 @@ Links, per direction (sources beside each; theoretical rates, achieved ones are 
 
 from __future__ import annotations
 
-from ckptlab.measure import at_scale, roofline
+from ckptlab.cluster import at_scale
+from ckptlab.measure import roofline
 
 LINKS = {
     # PCIe 4.0: 16 GT/s per lane, 128b/130b encoding (PCI-SIG, PCI Express Base Specification
