@@ -40,3 +40,17 @@ def test_modeled_equals_measured(attn, schedule, recompute):
     measured = demo.train(0, 1, cfg, ddp=False)["peaks"][0]  # one process, the whole batch
     shape = step_memory.nets_gpt(cfg.layers, H, A, S, cfg.vocab)
     assert gpt_bytes.stage_bytes(shape, B, cfg.layers, True, True, recompute, attn) == measured
+
+
+@pytest.mark.parametrize("attn", ["flash", "stored"])
+@pytest.mark.parametrize("seq,heads", [(S, 1), (1, A)])
+def test_one_head_or_one_position_keeps_no_transposed_copy(attn, seq, heads):
+    """With one head or one position, O.transpose(1, 2) is already laid out as the out
+    projection's input, so reshape gives a view: O is held once, not twice (the pipeline demo
+    reported MISMATCH there while it counted the copy)."""
+    assert not gpt_bytes.transposed_copy(seq, heads)
+    cfg = demo.Config(steps=1, layers=2, width=H, heads=heads, seq=seq, batch=B, vocab=32,
+                      attn=attn, schedule="none")
+    measured = demo.train(0, 1, cfg, ddp=False)["peaks"][0]
+    shape = step_memory.nets_gpt(cfg.layers, H, heads, seq, cfg.vocab)
+    assert gpt_bytes.stage_bytes(shape, B, cfg.layers, True, True, "none", attn) == measured

@@ -11,7 +11,8 @@ Per block, the attention core (s the sequence, b the sequences, h the width, a t
 w = 4 bytes a value):
   math, naive  Korthikanti's standard attention: Q, K, V and the probabilities P (w a s^2 b);
   flash        ckptlab's kernel keeps Q, K, V, O and L (4 a s b, fp32) instead of P; O is kept
-               apart from the out projection's input, a transposed copy of it (w s b h);
+               apart from the out projection's input, a transposed copy of it (w s b h), except
+               with one head or one position, where the transpose is a view (transposed_copy);
   stored       ckptlab's fused kernel with P written: P, and O and L besides;
   sdpa         on the CPU, PyTorch's flash kernel: Q, K, V, O and its logsumexp; O is laid out
                (b, s, a, d), so the out projection's input is a view of it, no copy. On a GPU
@@ -45,11 +46,19 @@ def layer_bytes(s: int, b: int, h: int, a: int, attn: str, recompute: str = "non
         return step_memory.layer_activations(s, b, h, a, "full", **kw)
     if attn in ("math", "naive"):
         return step_memory.layer_activations(s, b, h, a, "none", **kw)
+    o_apart = W * s * b * h if transposed_copy(s, a) else 0
     if attn == "stored":  # P as the standard attention keeps it, and O and L besides
-        return step_memory.layer_activations(s, b, h, a, "none", **kw) + W * s * b * h \
+        return step_memory.layer_activations(s, b, h, a, "none", **kw) + o_apart \
             + 4 * a * s * b
     flash = step_memory.layer_activations(s, b, h, a, "flash", **kw)  # L instead of P
-    return flash + (W * s * b * h if attn == "flash" else 0)
+    return flash + (o_apart if attn == "flash" else 0)
+
+
+def transposed_copy(s: int, a: int) -> bool:
+    """Whether the out projection's input is a copy of the kernel's O (B, a, s, d) rather than a
+    view of it: O.transpose(1, 2) is laid out as a contiguous (B, s, a, d) only when a = 1 or
+    s = 1, and then reshape returns a view, so O and the input share one storage."""
+    return a > 1 and s > 1
 
 
 def embed_bytes(s: int, b: int) -> int:
