@@ -203,7 +203,7 @@ def test_reset_keeps_the_learners_work(tmp_path, monkeypatch):
     with pytest.raises(FileExistsError):
         write.reset("naive_ds")
     write.reset("naive_ds", force=True)
-    assert (tmp_path / "x.cu.bak").read_text().count("D = 1;") == 1
+    assert (tmp_path / "x.cu.bak1").read_text().count("D = 1;") == 1
     assert path.read_text() == write.shipped_text(ex)
 
 
