@@ -7,7 +7,7 @@ is checkpoint() itself, labs/exercises/checkpoint.py, cut from labs/solutions/ch
     write.check("flash_forward", hint=2)         # the second, more specific hint
     write.reset("flash_forward")                 # the file back as shipped
 
-`python -m ckptlab exercise list|check|reset|solution` is the same from a shell, and
+`python -m ckptlab exercise list|status|check|reset|solution` is the same from a shell, and
 `pytest tests/test_my_kernels.py` checks every file that was attempted. The solution of each
 exercise is the kernel it was cut from (kernels/<file>.cu, the kernel the labs run);
 `solution(name)` shows just the lines a learner writes.
@@ -51,8 +51,9 @@ def get(name: str) -> Exercise:
 
 def check(name: str, file=None, hint: int = 1, picture=None) -> Report:
     """Build and check the learner's kernel for exercise `name` (labs/exercises/<name>.cu, or
-    `file`); `hint` 1 or 2 picks the grade of the hint a wrong answer gets; `picture`, a PNG
-    path, draws which block wrote each element of the outputs (kernel exercises)."""
+    `file`); `hint` 1 or 2 picks the grade of the hint a wrong answer gets; `picture`, a .png,
+    .pdf or .svg path, draws which block wrote each element of the outputs and which elements
+    are wrong (kernel exercises; ValueError for a file there that ckptlab did not draw)."""
     if hint not in (1, 2):
         raise ValueError(f"hint must be 1 or 2, got {hint!r}")
     ex = get(name)
