@@ -28,7 +28,8 @@ from ckptlab.measure.figure import _save, wrap_title
 
 WIDTH_IN = 6.5  # plots.py's notebook width (figure.SIZE_IN)
 SEVERAL, NONE = "0.45", "white"  # an element several blocks touched / no block touched
-WRONG, RIGHT = "tab:red", "0.92"  # an element whose value is wrong / right (wrong= panels)
+WRONG, RIGHT = "black", "0.92"  # an element whose value is wrong / right (wrong= panels;
+# black: no block colour is)
 OUTLINE = "black"
 MAX_LEGEND_BLOCKS = 12
 _VERB = {"read": ("read", "read"), "write": ("write", "wrote"), "atomic": ("update",
@@ -123,7 +124,7 @@ def plot_access_map(trace, args=None, *, kind: str = "write", color: str = "bloc
     (color="count"). `block` (blockIdx: an int or a tuple) outlines the elements that block
     did `kind` to and dims the rest; `thread` (threadIdx, with block) marks that thread's.
     `wrong` ({argument name: bool array of its size, True where its value is wrong}) adds,
-    beside each argument named, a panel of its wrong elements (red; the rest light grey)."""
+    beside each argument named, a panel of its wrong elements (black; the rest light grey)."""
     launch, arg_traces = _check(trace, args, kind, color, block, thread)
     wrong = _wrong_masks(arg_traces, wrong)
     past = _VERB[kind][1]
@@ -205,7 +206,7 @@ def _wrong_masks(arg_traces, wrong) -> dict:
 
 
 def _wrong_panel(ax, arg, mask: np.ndarray) -> None:
-    """The elements of `arg` whose value is wrong, red on light grey, as a panel of the same
+    """The elements of `arg` whose value is wrong, black on light grey, as a panel of the same
     grid as the one beside it."""
     ax.imshow(mask.astype(np.int8), cmap=ListedColormap([RIGHT, WRONG]),
               norm=BoundaryNorm([-0.5, 0.5, 1.5], 2), interpolation="nearest", aspect="equal")

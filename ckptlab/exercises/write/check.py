@@ -192,7 +192,7 @@ def picture(ex, case, inputs, path, wrong=None) -> list[str]:
     title = (f"your {mine[0].kernel}, case {case.label}: which block wrote each element of "
              f"{', '.join(args)} (white: none, grey: several)")
     if marks:
-        title += f"; beside {', '.join(marks)}: its elements that differ from float64 (red)"
+        title += f"; beside {', '.join(marks)}: its elements that differ from float64 (black)"
     files.save_picture(plot_access_map(mine[0], args, kind="write", color="block", title=title,
                                        wrong=marks), path)
     shown = f"which block wrote each element of {', '.join(args)}"
