@@ -170,3 +170,31 @@ def test_a_checkpoint_holding_less_than_its_input_is_wrong(tmp_path):
     status, pattern, text = verdict(planted(tmp_path, RETURN, RETURN.replace(
         "saved=(x,)", "saved=()")))
     assert (status, pattern) == ("wrong", "holds_less"), text
+
+
+def test_the_reference_is_the_engines_even_if_replaced_before_the_check(tmp_path, monkeypatch):
+    """A notebook that imported the learner's file before checking it: the engine's
+    checkpoint was already replaced when the check began; the reference is still the engine's
+    own (kept when the checker was imported)."""
+    from ckptlab.exercises.write.checkpoint_ex import _load
+
+    path = planted(tmp_path, "        tape.set_rng_state(rng)\n", "")
+    monkeypatch.setattr(engine, "checkpoint", _load(path).checkpoint)
+    status, pattern, text = verdict(path)
+    assert (status, pattern) == ("wrong", "dropout"), text
+
+
+def test_a_file_that_turns_dropout_off_at_import_is_refused(tmp_path):
+    """Without masks the RNG mistake (no state restored for the recompute) would not show:
+    the dropout's mask drawing, replaced when the file loads, is named and undone."""
+    from ckptlab import rng
+
+    sol = write.get("checkpoint").solution_file.read_text()
+    path = tmp_path / "checkpoint.py"
+    path.write_text(sol.replace("        tape.set_rng_state(rng)\n", "", 1) +
+                    "\n\nimport numpy as _np  # noqa\nimport ckptlab.rng as _rng  # noqa\n"
+                    "_rng.keep_mask = lambda seed, offset, shape, p: _np.ones(shape, bool)\n")
+    original = rng.keep_mask
+    status, pattern, text = verdict(path)
+    assert (status, pattern) == ("fault", "replaced") and "ckptlab.rng.keep_mask" in text, text
+    assert rng.keep_mask is original

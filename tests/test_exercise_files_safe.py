@@ -133,6 +133,10 @@ def test_every_reset_keeps_a_numbered_backup_byte_for_byte(labs):
         assert path.read_text() == write.shipped_text("naive_ds")
     assert [(folder / "exercises" / f"naive_ds.cu.bak{k}").read_bytes()
             for k in (1, 2, 3)] == versions
+    (folder / "exercises" / "naive_ds.cu.bak1").unlink()  # a gap: the next is still the newest
+    path.write_bytes(versions[0])
+    assert "naive_ds.cu.bak4" in run("reset", "naive_ds", "--force").stdout
+    assert files.backups(path) == [path.with_name(f"naive_ds.cu.bak{k}") for k in (2, 3, 4)]
 
 
 def test_backups_are_ignored_by_git():

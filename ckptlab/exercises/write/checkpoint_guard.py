@@ -27,7 +27,8 @@ _FRESH = {k: getattr(tape._State, k) for k in STATE}
 # what the check and the engine's checkpoint read while they run
 MODULES = ("ckptlab.engine.tape", "ckptlab.engine.tensor", "ckptlab.engine.ops",
            "ckptlab.engine.layers", "ckptlab.engine.arrays", "ckptlab.recompute.checkpoint",
-           "ckptlab.recompute.ledger", "ckptlab.models", "ckptlab.exercises.write.check",
+           "ckptlab.recompute.ledger", "ckptlab.rng", "ckptlab.models",
+           "ckptlab.exercises.write.check",
            "ckptlab.exercises.write.checkpoint_ex", "ckptlab.exercises.write.checkpoint_runs",
            "ckptlab.exercises.write.checkpoint_guard")
 
