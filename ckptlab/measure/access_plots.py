@@ -28,6 +28,8 @@ from ckptlab.measure.figure import _save, wrap_title
 
 WIDTH_IN = 6.5  # plots.py's notebook width (figure.SIZE_IN)
 SEVERAL, NONE = "0.45", "white"  # an element several blocks touched / no block touched
+WRONG, RIGHT = "black", "0.92"  # an element whose value is wrong / right (wrong= panels;
+# black: no block colour is)
 OUTLINE = "black"
 MAX_LEGEND_BLOCKS = 12
 _VERB = {"read": ("read", "read"), "write": ("write", "wrote"), "atomic": ("update",
@@ -113,14 +115,18 @@ def _check(trace, args, kind, color, block, thread):
 
 
 def plot_access_map(trace, args=None, *, kind: str = "write", color: str = "block",
-                    block=None, thread=None, title: str | None = None, path=None) -> Figure:
+                    block=None, thread=None, title: str | None = None, path=None,
+                    wrong: dict | None = None) -> Figure:
     """One panel per argument (`args`: a name or names of the launch's pointer arguments;
     default all), each element coloured by the block that did `kind` ("read", "write",
     "atomic"; reads and writes include atomics) to it (color="block": grey where several
     blocks did, white where none did) or by the number of distinct blocks that did
     (color="count"). `block` (blockIdx: an int or a tuple) outlines the elements that block
-    did `kind` to and dims the rest; `thread` (threadIdx, with block) marks that thread's."""
+    did `kind` to and dims the rest; `thread` (threadIdx, with block) marks that thread's.
+    `wrong` ({argument name: bool array of its size, True where its value is wrong}) adds,
+    beside each argument named, a panel of its wrong elements (black; the rest light grey)."""
     launch, arg_traces = _check(trace, args, kind, color, block, thread)
+    wrong = _wrong_masks(arg_traces, wrong)
     past = _VERB[kind][1]
     nblocks = launch.grid[0] * launch.grid[1] * launch.grid[2]
     colors = block_colors(nblocks)
@@ -137,10 +143,19 @@ def plot_access_map(trace, args=None, *, kind: str = "write", color: str = "bloc
         norm = BoundaryNorm(np.arange(-0.5, top + 1), cmap.N)
     handles = _legend(launch, color, drawn if color == "block" else set(), colors, past, block,
                       thread)
-    fig = _figure([v.shape for v in values], color == "count", len(handles))
-    axes = fig.subplots(1, len(values), squeeze=False,
-                        gridspec_kw=dict(width_ratios=[max(v.shape[1], 1) for v in values]))[0]
-    for ax, a, v in zip(axes, arg_traces, values, strict=True):
+    if wrong:
+        handles.append(Patch(facecolor=WRONG, label="value wrong (the panels headed 'wrong')"))
+    shapes = [s for a, v in zip(arg_traces, values, strict=True)
+              for s in ([v.shape] * (2 if a.name in wrong else 1))]
+    fig = _figure(shapes, color == "count", len(handles))
+    panels = iter(fig.subplots(1, len(shapes), squeeze=False,
+                               gridspec_kw=dict(width_ratios=[max(c, 1) for _, c in shapes]))[0])
+    axes = []
+    for a, v in zip(arg_traces, values, strict=True):
+        ax = next(panels)
+        axes.append(ax)
+        if a.name in wrong:
+            _wrong_panel(next(panels), a, as_grid(wrong[a.name]))
         image = ax.imshow(v, cmap=cmap, norm=norm, interpolation="nearest", aspect="equal")
         if block is not None:
             ax.add_collection(LineCollection(
@@ -171,6 +186,32 @@ def plot_access_map(trace, args=None, *, kind: str = "write", color: str = "bloc
     fig.suptitle(wrap_title(title, 80), fontsize=10,
                  color="tab:red" if launch.truncated else "black")
     return _save(fig, path)
+
+
+def _wrong_masks(arg_traces, wrong) -> dict:
+    """{name: bool array in the argument's shape} for the arguments drawn; ValueError for a
+    name not drawn or a mask of another size."""
+    out = {}
+    names = {a.name: a for a in arg_traces}
+    for name, mask in (wrong or {}).items():
+        if name not in names:
+            raise ValueError(f"wrong: {name!r} is not one of the arguments drawn "
+                             f"({', '.join(names)})")
+        mask = np.asarray(mask, bool)
+        if mask.size != int(np.prod(names[name].shape)):
+            raise ValueError(f"wrong[{name!r}]: {mask.size} elements, the argument has "
+                             f"{int(np.prod(names[name].shape))}")
+        out[name] = mask.reshape(names[name].shape)
+    return out
+
+
+def _wrong_panel(ax, arg, mask: np.ndarray) -> None:
+    """The elements of `arg` whose value is wrong, black on light grey, as a panel of the same
+    grid as the one beside it."""
+    ax.imshow(mask.astype(np.int8), cmap=ListedColormap([RIGHT, WRONG]),
+              norm=BoundaryNorm([-0.5, 0.5, 1.5], 2), interpolation="nearest", aspect="equal")
+    _labels(ax, arg, mask.shape[0])
+    ax.set_title(f"{arg.name}: wrong ({int(mask.sum()):,} of {mask.size:,})", fontsize=9)
 
 
 def _figure(shapes, colorbar: bool, handles: int) -> Figure:

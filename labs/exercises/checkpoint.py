@@ -4,7 +4,10 @@ checkpoint(fn, x) returns fn(x) but holds only x for the backward: the forward r
 no_grad, so nothing inside fn is saved and no graph is built there; the graph gets one node,
 and that node's backward runs fn again, with grad on, on a copy of x, back-propagates the
 incoming gradient through the fresh local graph, and hands x its gradient. The RNG state is
-kept, so that a dropout inside fn draws the same masks the second time (lab 06).
+kept, so that a dropout inside fn draws the same masks the second time (lab 06), and put
+back after, so that the next draw is a new one; the recompute is counted as recompute (the
+ledger's phase), so the hardware FLOPs include it and the model FLOPs do not. x may need no
+gradient (a first segment: the model's input): then only fn's parameters get one.
 
 Check: python -m ckptlab exercise check checkpoint   (--hint 2: a second hint)
 The engine's own, with every option PyTorch's has: ckptlab/recompute/checkpoint.py.

@@ -7,7 +7,7 @@ is checkpoint() itself, labs/exercises/checkpoint.py, cut from labs/solutions/ch
     write.check("flash_forward", hint=2)         # the second, more specific hint
     write.reset("flash_forward")                 # the file back as shipped
 
-`python -m ckptlab exercise list|check|reset|solution` is the same from a shell, and
+`python -m ckptlab exercise list|status|check|reset|solution` is the same from a shell, and
 `pytest tests/test_my_kernels.py` checks every file that was attempted. The solution of each
 exercise is the kernel it was cut from (kernels/<file>.cu, the kernel the labs run);
 `solution(name)` shows just the lines a learner writes.
@@ -15,12 +15,12 @@ exercise is the kernel it was cut from (kernels/<file>.cu, the kernel the labs r
 
 from __future__ import annotations
 
-import shutil
+from pathlib import Path
 
 from ckptlab import device
 from ckptlab.exercises.verdict import Verdict
 from ckptlab.exercises.write import check as _check
-from ckptlab.exercises.write import checkpoint_ex, regions
+from ckptlab.exercises.write import checkpoint_ex, files, regions
 from ckptlab.exercises.write.check import NOT_ATTEMPTED, RIGHT, WRONG, Report
 from ckptlab.exercises.write.flash import DROPOUT_BACKWARD, FLASH_BACKWARD, FLASH_FORWARD
 from ckptlab.exercises.write.rows import NAIVE_DS, NAIVE_SOFTMAX, ROW_SOFTMAX
@@ -51,8 +51,9 @@ def get(name: str) -> Exercise:
 
 def check(name: str, file=None, hint: int = 1, picture=None) -> Report:
     """Build and check the learner's kernel for exercise `name` (labs/exercises/<name>.cu, or
-    `file`); `hint` 1 or 2 picks the grade of the hint a wrong answer gets; `picture`, a PNG
-    path, draws which block wrote each element of the outputs (kernel exercises)."""
+    `file`); `hint` 1 or 2 picks the grade of the hint a wrong answer gets; `picture`, a .png,
+    .pdf or .svg path, draws which block wrote each element of the outputs and which elements
+    are wrong (kernel exercises; ValueError for a file there that ckptlab did not draw)."""
     if hint not in (1, 2):
         raise ValueError(f"hint must be 1 or 2, got {hint!r}")
     ex = get(name)
@@ -72,11 +73,13 @@ def in_notebook(name: str, file=..., hint: int = 1) -> Verdict:
 
 
 def status(name: str, file=None) -> str:
-    """'not attempted', 'attempted' or 'missing', from the file alone (nothing is built)."""
+    """'not attempted', 'attempted' or 'missing', from the file alone (nothing is built). A
+    file that is not UTF-8 (an editor's other encoding) differs from the shipped one, so it is
+    'attempted'; a byte-order mark does not count."""
     ex = get(name)
-    path = file or ex.learner_file
+    path = Path(file or ex.learner_file)
     try:
-        text = open(path).read()
+        text = files.text_anyway(path)
     except FileNotFoundError:
         return "missing"
     return NOT_ATTEMPTED if regions.not_attempted(text, shipped_text(ex)) else "attempted"
@@ -84,14 +87,17 @@ def status(name: str, file=None) -> str:
 
 def reset(name: str, force: bool = False):
     """Write labs/exercises/<name>.cu as shipped. A file with the learner's work in it is kept
-    as <name>.cu.bak first (and only with force=True is it replaced). Returns the path."""
+    first, byte for byte, as <name>.cu.bak1 (then .bak2, ...: never over an earlier copy), and
+    only with force=True is it replaced. Returns the path (files.backups(path)[-1] is the copy
+    a reset of an attempted file made)."""
     ex = get(name)
     path = ex.learner_file
     if path.is_file() and status(name) == "attempted":
         if not force:
             raise FileExistsError(f"{path} holds your work; reset(..., force=True) replaces it "
-                                  f"(a copy is kept as {path.name}.bak)")
-        shutil.copyfile(path, path.with_name(path.name + ".bak"))
+                                  f"(a copy is kept first, as {path.name}.bak1 or the next "
+                                  "free number)")
+        files.backup(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(shipped_text(ex))
     return path

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ckptlab import device, emu
-from ckptlab.exercises.write import feedback, regions
+from ckptlab.exercises.write import feedback, files, regions
 from ckptlab.exercises.write.diagnose import Failure, diagnose, mismatch
 from ckptlab.exercises.write.hints import hint as hint_for
 from ckptlab.kernels.common import poison_value
@@ -26,6 +26,8 @@ SENTINEL = 1.0e38  # an output poison no kernel computes: elements still holding
 # Every launch of a check takes milliseconds on the emulator: one still running after this many
 # seconds is stuck (a loop that never ends), and is stopped with the line it was on.
 WATCHDOG_S = 10.0
+NO_PICTURE_BUILD = "your kernel does not build, so there is no run to draw"
+NO_PICTURE_FAULT = "the check stopped at a fault, so your kernel has no complete run to draw"
 
 
 @dataclass
@@ -66,13 +68,16 @@ def shipped_text(ex) -> str:
 
 
 def read_learner(path: Path, shown: str) -> tuple[str | None, Report | None]:
-    """(the file's text, None), or (None, a Report saying why it cannot be read as source)."""
+    """(the file's text, None), or (None, a Report saying why it cannot be read as source).
+    A byte-order mark is dropped (g++ and Python accept one): the text built and compared is
+    the rest."""
     try:
-        return path.read_text(encoding="utf-8"), None
+        return files.decode(path.read_bytes()), None
     except UnicodeDecodeError as e:
         return None, Report(path.stem, NO_BUILD, [
-            f"{NO_BUILD}: {shown} is not UTF-8 text (byte {e.start} is {e.object[e.start]:#04x}):"
-            " is it the source file?"])
+            f"{NO_BUILD}: {shown} is not UTF-8 text (line {files.line_of(e.object, e.start)}: "
+            f"byte {e.start} is {e.object[e.start]:#04x}): save it as UTF-8 (an accent in a "
+            "comment, written in another encoding?), or is it the source file?"])
     except OSError as e:
         return None, Report(path.stem, MISSING, [f"{shown} cannot be read: {e.strerror}"])
 
@@ -167,9 +172,11 @@ def _bytes(ex, case, inputs) -> list[str]:
     return out
 
 
-def picture(ex, case, inputs, path) -> list[str]:
+def picture(ex, case, inputs, path, wrong=None) -> list[str]:
     """Draw who wrote each element of the exercise's outputs in `case` (the emulator's access
-    trace of the learner's kernel) to `path`; the lines that say so."""
+    trace of the learner's kernel) to `path` (PNG, PDF or SVG, as its suffix says); beside each
+    output in `wrong` ({name: bool array, True where it differs from float64}), its wrong
+    elements. The lines that say so."""
     from ckptlab.measure.access_plots import plot_access_map
 
     if not ex.picture or device.target() != "emu":
@@ -180,30 +187,50 @@ def picture(ex, case, inputs, path) -> list[str]:
     mine = [t for t in tr.traces if t.kernel.split("<")[0] == kernel]
     if not mine:
         return [f"(no picture: no launch of {kernel} in case {case.label})"]
-    plot_access_map(mine[0], args, kind="write", color="block", path=path,
-                    title=f"your {mine[0].kernel}, case {case.label}: which block wrote each "
-                          f"element of {', '.join(args)} (white: none, grey: several)")
-    return [f"picture: {path} (which block wrote each element of {', '.join(args)}, case "
-            f"{case.label})"]
+    marks = {n: b for n, b in (wrong or {}).items()
+             if n in args and np.size(b) == int(np.prod(mine[0][n].shape))}
+    title = (f"your {mine[0].kernel}, case {case.label}: which block wrote each element of "
+             f"{', '.join(args)} (white: none, grey: several)")
+    if marks:
+        title += f"; beside {', '.join(marks)}: its elements that differ from float64 (black)"
+    files.save_picture(plot_access_map(mine[0], args, kind="write", color="block", title=title,
+                                       wrong=marks), path)
+    shown = f"which block wrote each element of {', '.join(args)}"
+    if marks:
+        shown += f"; beside it, the wrong elements of {', '.join(marks)}"
+    return [f"picture: {path} ({shown}, case {case.label})"]
+
+
+def _no_picture(path, why: str) -> list[str]:
+    """The line saying why no picture was drawn at `path` (none if none was asked for)."""
+    return [] if path is None else [f"(no picture drawn at {path}: {why})"]
 
 
 def check(ex, file=None, hint: int = 1, picture_path=None) -> Report:
     """The report for exercise `ex` (a spec.Exercise) on the learner's file (or `file`); with
-    `picture_path`, also the picture of who wrote what (PNG) for the case the report is about."""
+    `picture_path`, also the picture of who wrote what (and, for a wrong result, which elements
+    are wrong) for the case the report is about. A picture path whose suffix is not .png, .pdf
+    or .svg, or that holds a file ckptlab did not draw, is refused (ValueError) before any work;
+    where no picture can be drawn, a line says why."""
+    if picture_path is not None:
+        files.picture_format(picture_path)  # before any work: a name it may not draw over
     path = Path(file) if file is not None else ex.learner_file
     shown = display_name(path)
     if not path.is_file():
         return Report(ex.name, MISSING, [f"{ex.name}: {shown} is missing; `python -m ckptlab "
-                                         f"exercise reset {ex.name}` puts it back as shipped"])
+                                         f"exercise reset {ex.name}` puts it back as shipped",
+                                         *_no_picture(picture_path, "no file to check")])
     text, bad = read_learner(path, shown)
     if bad is not None:
+        bad.lines += _no_picture(picture_path, "the file cannot be read as source")
         return bad
     shipped = shipped_text(ex)
     if regions.not_attempted(text, shipped):
         n = len(ex.steps)
         return Report(ex.name, NOT_ATTEMPTED, [
             f"not attempted: fill in {shown} (step{'s 1-' + str(n) if n > 1 else ' 1'}, marked "
-            "'>>> YOUR CODE'), then check again"])
+            "'>>> YOUR CODE'), then check again",
+            *_no_picture(picture_path, "not attempted yet")])
     todo = regions.untouched_steps(text, shipped)
     still = ([f"(step{'s' if len(todo) > 1 else ''} {', '.join(map(str, todo))} "
               f"{'are' if len(todo) > 1 else 'is'} still as shipped)"] if todo else [])
@@ -219,18 +246,20 @@ def check(ex, file=None, hint: int = 1, picture_path=None) -> Report:
                 out = ex.run(case, inputs)
             except emu.EmuCompileError as e:
                 return Report(ex.name, NO_BUILD, [f"{NO_BUILD}: {ex.name}",
-                              *feedback.compile_report(str(e), shown, text), *still])
+                              *feedback.compile_report(str(e), shown, text), *still,
+                              *_no_picture(picture_path, NO_PICTURE_BUILD)])
             except emu.EmuError as e:
                 pattern = feedback.fault_pattern(e)
                 return Report(ex.name, FAULT, [
                     f"{FAULT}: {ex.name}, in case {case.label} ({case.describe()})",
                     *feedback.fault_report(e, shown, text),
-                    f"hint {min(hint, 2)}: " + hint_for(ex.hints, None, pattern, hint), *still],
-                    pattern=pattern)
+                    f"hint {min(hint, 2)}: " + hint_for(ex.hints, None, pattern, hint), *still,
+                    *_no_picture(picture_path, NO_PICTURE_FAULT)], pattern=pattern)
             except Exception as e:  # a GPU build error (NVRTC) arrives as CuPy's own type
                 if gpu and type(e).__name__ == "CompileException":
                     return Report(ex.name, NO_BUILD, [f"{NO_BUILD}: {ex.name}",
-                                  *feedback.compile_report(str(e), shown, text), *still])
+                                  *feedback.compile_report(str(e), shown, text), *still,
+                                  *_no_picture(picture_path, NO_PICTURE_BUILD)])
                 raise
             arrays[case.label] = {o.name: np.asarray(device.to_numpy(out[o.name]))
                                   for o in ex.outputs}
@@ -244,7 +273,9 @@ def check(ex, file=None, hint: int = 1, picture_path=None) -> Report:
             f = diagnose(failures, list(ex.cases), list(ex.outputs), ex.alternatives,
                          seen_inputs, arrays, ex.rtol)
             if picture_path is not None:
-                still = still + picture(ex, f.case, seen_inputs[f.case.label], picture_path)
+                wrong = {m.output.name: m.bad for m in failures if m.case.label == f.case.label}
+                still = still + picture(ex, f.case, seen_inputs[f.case.label], picture_path,
+                                        wrong)
             lines = [f"{WRONG}: {ex.name}: {f.where}.",
                      f"  e.g. {f.example}",
                      "each case against float64 ('ok', else the largest error relative to the "

@@ -1,12 +1,13 @@
 """The checkpoint() a learner writes (lab 09), checked against the engine's own
-(ckptlab.recompute.checkpoint): the same bytes held until the backward, and bitwise the same
-gradients, for x and for every parameter fn reads.
+(ckptlab.recompute.checkpoint): the same bytes held until the backward (exactly its input),
+bitwise the same gradients, for x and for every parameter fn reads, the recompute's FLOPs
+counted as recompute, and the engine state it leaves (the dropout RNG, grad mode) the same.
 
-Cases, each changing one thing from a block of the lab's MLP with dropout: no dropout (so that
-a wrong RNG shows as "only with dropout"), x used twice (its gradient from the other path must
-survive), two checkpoints in a row (the recompute must not walk into the graph behind x).
-The solution is labs/solutions/checkpoint.py; the learner's file, labs/exercises/checkpoint.py,
-is that file with its two steps cut out.
+The cases are in checkpoint_runs. The engine's runs come first, each from a fresh engine state,
+before the learner's file is loaded, through a reference to the engine's checkpoint taken when
+this module was imported; what the learner's code replaces in the engine is named and undone
+(checkpoint_guard). The solution is labs/solutions/checkpoint.py; the learner's file,
+labs/exercises/checkpoint.py, is that file with its two steps cut out.
 """
 
 from __future__ import annotations
@@ -18,9 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ckptlab.engine import tape
-from ckptlab.engine.tensor import Tensor
-from ckptlab.exercises.write import regions
+from ckptlab.exercises.write import checkpoint_guard, regions
+from ckptlab.exercises.write import checkpoint_runs as runs
 from ckptlab.exercises.write.check import (
     FAULT,
     MISSING,
@@ -34,7 +34,6 @@ from ckptlab.exercises.write.check import (
 )
 from ckptlab.exercises.write.spec import EXERCISE_DIR, LABS_DIR
 from ckptlab.recompute import checkpoint as engine
-from ckptlab.recompute import ledger
 
 NOTES = {
     1: ("Keep the RNG state (tape.rng_state()), then run fn(x) under tape.no_grad():",
@@ -91,6 +90,42 @@ HINTS = {
         "back-propagate, and through which graph?",
         "Step 2: back-propagate the g your backward receives through fn's output recomputed "
         "from a leaf copy of x."),
+    "holds_less": (
+        "Your checkpoint holds less than its input, yet its backward reads x: the ledger does "
+        "not count what your node keeps alive. What does the node you return save?",
+        "The node saves x (its saved= argument): what a backward reads is held until then, "
+        "and the ledger counts exactly what nodes save."),
+    "returns": (
+        "checkpoint(fn, x) stands in for fn(x): the caller gets one Tensor, connected to the "
+        "graph. What does your function return?",
+        "Return the Tensor the file's last line builds: fn(x)'s value as a node whose "
+        "backward is your recompute."),
+    "x_no_grad": (
+        "It fails when x needs no gradient (a first segment: x is the model's input). What is "
+        "x's node then, and who still needs a gradient?",
+        "Step 2: hand x its gradient only when x has a node to take it; fn's parameters get "
+        "theirs from the backward through the recompute either way."),
+    "rng_after": (
+        "The gradients are right, but after your checkpoint the dropout RNG is not where the "
+        "engine's is. Which masks does the next dropout draw?",
+        "Step 2: the state current before the recompute (not step 1's) is the one to leave "
+        "behind once fn has run again; step 1 only reads the state."),
+    "grad_mode": (
+        "Your checkpoint leaves grad mode off, so nothing after it builds a graph. Where did "
+        "it turn grad mode off, and who turns it back?",
+        "Change grad mode only through the tape's context managers (no_grad, enable_grad): "
+        "each puts back on exit what it found; a mode set by hand stays set."),
+    "recompute_phase": (
+        "The ledger counts your recompute's FLOPs as backward work, so the hardware FLOPs "
+        "equal the model FLOPs and recompute looks free (lab 08's HFU against MFU). Under "
+        "which phase does the engine count a recompute?",
+        "Step 2: the engine runs its recompute in the tape's \"recompute\" phase (tape.phase), "
+        "with grad on."),
+    "replaced": (
+        "Your file replaces part of ckptlab (an assignment to a module's function or "
+        "attribute). A checkpoint() builds on the engine as it is: which line does that?",
+        "Remove the assignment: the check compares with the engine's own checkpoint, and "
+        "the labs after this one run on the same engine."),
 }
 
 
@@ -124,38 +159,31 @@ def _load(path: Path):
     return module
 
 
-def _run(cp, case: str, seed: int = 0):
-    """One step through `cp` (the learner's or the engine's checkpoint): (bytes held when the
-    forward ends, the gradients by name)."""
-    from ckptlab import models
-
-    mlp = models.MLP(width=16, layers=2, dropout=0.0 if case == "no_dropout" else 0.25,
-                     seed=seed)
-    g = np.random.default_rng(seed + 1)
-    x = Tensor(g.standard_normal((8, 16))).detach(requires_grad=True)
-    w = g.standard_normal((8, 16))
-    tape.manual_seed(seed)
-    with ledger.record(timeline=False) as led:
-        if case == "chain":
-            y = cp(mlp.blocks[1], cp(mlp.blocks[0], x))
-        else:
-            y = cp(mlp.blocks[0], x)
-            if case == "x_twice":
-                y = y + x
-        held = led.bytes
-        (y * Tensor(w)).sum().backward()
-    grads = {"x": x.grad, **{k: p.grad for k, p in mlp.params.items()}}
-    return held, grads
-
-
-CASES = ("base", "no_dropout", "x_twice", "chain")
+CASES = runs.CASES
+_ENGINE_CHECKPOINT = engine.checkpoint  # the reference, whatever a learner's file assigns later
 
 
 def _engine(fn, x):
-    return engine.checkpoint(fn, x)
+    return _ENGINE_CHECKPOINT(fn, x)
+
+
+def _replaced(ex, names: list, hint: int) -> Report:
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    return Report(ex.name, FAULT, [
+        f"{FAULT}: {ex.name}: your file replaced {shown} (put back now): the check compares "
+        "with the engine as it is, and a checkpoint() must not change it",
+        f"hint {hint}: {HINTS['replaced'][hint - 1]}"], pattern="replaced")
 
 
 def check(file=None, hint: int = 1) -> Report:
+    """The report on the learner's checkpoint.py (or `file`). The engine's runs come first,
+    each from a fresh engine state, before the learner's file is loaded; the caller's engine
+    state is put back at the end."""
+    with checkpoint_guard.kept_state():
+        return _check(file, hint)
+
+
+def _check(file, hint: int) -> Report:
     ex = CHECKPOINT
     path = Path(file) if file is not None else ex.learner_file
     shown = display_name(path)
@@ -169,6 +197,9 @@ def check(file=None, hint: int = 1) -> Report:
         return Report(ex.name, NOT_ATTEMPTED, [
             f"not attempted: fill in {shown} (steps 1-2, marked '>>> YOUR CODE'), then check "
             "again"])
+    guard = checkpoint_guard.Guard()
+    changed = guard.changed  # bound now: the learner's code cannot replace it
+    reference = {case: runs.run(_engine, case) for case in CASES}
     try:
         mine = getattr(_load(path), "checkpoint", None)
         if not callable(mine):
@@ -176,34 +207,46 @@ def check(file=None, hint: int = 1) -> Report:
     except Exception as e:  # the learner's file: any error is a reason, not a crash
         return Report(ex.name, NO_BUILD, [f"{NO_BUILD}: {ex.name}: importing {shown} raised "
                                           f"{type(e).__name__}: {e}"])
-    wrong = {}
+    finally:
+        names = changed()
+    if names:
+        return _replaced(ex, names, hint)
+    wrong, state = {}, None
     for case in CASES:
-        want_held, want = _run(_engine, case)
+        want = reference[case]
         try:
-            held, got = _run(mine, case)
+            got = runs.run(mine, case)
+        except runs.Finding as f:
+            names = changed()
+            return _replaced(ex, names, hint) if names else _wrong(
+                ex, f.pattern, hint, f"in case {case}, {f.why}")
         except Exception as e:
-            if isinstance(e, NotImplementedError):
-                return Report(ex.name, WRONG, [f"{WRONG}: {ex.name}: {e}"], pattern="todo")
-            pattern = ("no_graph" if "does not require grad" in str(e) else
-                       case if case != "base" else "raised")
-            return Report(ex.name, FAULT, [
-                f"{FAULT}: {ex.name}: in case {case}, your checkpoint raised "
-                f"{type(e).__name__}: {e}", f"hint {hint}: {HINTS[pattern][hint - 1]}"],
-                pattern=pattern)
-        if held > want_held:
-            return _wrong(ex, "holds_more", hint, f"in case {case} your checkpoint holds "
-                          f"{held:,} bytes when the forward ends, the engine's {want_held:,} "
-                          "(its input alone)")
-        if got["x"] is None:
+            names = changed()
+            return _replaced(ex, names, hint) if names else _raised(ex, case, e, hint)
+        if names := changed():
+            return _replaced(ex, names, hint)
+        if (early := runs.state_differs(case, got, want, "forward")) is not None:
+            return _wrong(ex, early[0], hint, early[1])  # what every op after it sees
+        if got.held != want.held:  # exactly its input: more holds fn's insides, less lies
+            more = got.held > want.held
+            return _wrong(ex, "holds_more" if more else "holds_less", hint,
+                          f"in case {case} your checkpoint holds {got.held:,} bytes when the "
+                          f"forward ends, the engine's {want.held:,} (its input alone)")
+        if got.grads["x"] is None and want.grads["x"] is not None:
             return _wrong(ex, "no_grad_x", hint, f"in case {case} x has no gradient")
-        bad = [k for k in want if (got[k] is None) != (want[k] is None) or (
-            want[k] is not None and not np.array_equal(got[k], want[k]))]
+        bad = [k for k in want.grads if (got.grads[k] is None) != (want.grads[k] is None) or (
+            want.grads[k] is not None and not np.array_equal(got.grads[k], want.grads[k]))]
         if bad:
             wrong[case] = bad
+        state = state or runs.state_differs(case, got, want, "backward")
+    if not wrong and state is None:
+        return Report(ex.name, RIGHT, [RIGHT, f"{ex.name}: the same bytes held, bitwise the same "
+                                       "gradients, the same FLOPs counted as forward and as "
+                                       "recompute, and the same RNG state and grad mode after, "
+                                       f"as the engine's checkpoint in every case "
+                                       f"({', '.join(CASES)})"])
     if not wrong:
-        return Report(ex.name, RIGHT, [RIGHT, f"{ex.name}: the same bytes held and bitwise the "
-                                       f"same gradients as the engine's checkpoint in every "
-                                       f"case ({', '.join(CASES)})"])
+        return _wrong(ex, state[0], hint, state[1])
     if "base" not in wrong:
         case = next(c for c in CASES if c in wrong)
         return _wrong(ex, case, hint, f"right in the base case, wrong in case {case}: "
@@ -214,6 +257,16 @@ def check(file=None, hint: int = 1) -> Report:
     pattern = "params" if "x" not in wrong["base"] else "everywhere"
     return _wrong(ex, pattern, hint, f"in every case: {', '.join(wrong['base'])} differ from "
                   "the engine's")
+
+
+def _raised(ex, case: str, e: Exception, hint: int) -> Report:
+    if isinstance(e, NotImplementedError):
+        return Report(ex.name, WRONG, [f"{WRONG}: {ex.name}: {e}"], pattern="todo")
+    pattern = ("no_graph" if "does not require grad" in str(e) else
+               case if case != "base" else "raised")
+    return Report(ex.name, FAULT, [
+        f"{FAULT}: {ex.name}: in case {case}, your checkpoint raised {type(e).__name__}: {e}",
+        f"hint {hint}: {HINTS[pattern][hint - 1]}"], pattern=pattern)
 
 
 def _wrong(ex, pattern: str, hint: int, why: str) -> Report:
