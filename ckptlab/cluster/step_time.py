@@ -221,7 +221,7 @@ def _dp(model, layout, gpu, rec, stage, m, backward_s, forward_s,
                               coll("reduce-scatter", unit * rec.grad),
                               coll("all-gather", root * rec.param),
                               coll("reduce-scatter", root * rec.grad), forward_s, backward_s)
-    return m * exposed, 0.0, m * (2 * p + g)
+    return m * exposed, 0.0, m * (2 * p - root * rec.param * _ring(d) + g)
 
 
 def step_time(model: sm.GPTShape, layout: sm.Layout, gpu, recipe="bf16",

@@ -12,12 +12,12 @@ at the link's achieved rate: ckptlab.cluster.links; its forward f and backward b
                running ahead with limit_all_gathers, FSDP2's implicit prefetch), so the
                next unit's gather overlaps this unit's compute: exposed max(0, g - f) a layer
                forward, max(0, g + r - b) backward; the first gather (the root's and the first
-               layer's) and the last reduce-scatter wait with nothing to hide behind.
+               layer's) and the root's reduce-scatter, last, wait with nothing to hide behind.
   "deepspeed"  DeepSpeed ZeRO-3: parameters fetched ahead up to stage3_prefetch_bucket_size
                elements (default 5e7; deepspeed/runtime/zero/config.py), so only the fraction
                q = min(1, bucket / layer parameters) of the next layer's gather overlaps: exposed
                (1 - q) g + max(0, q g - f) forward, (1 - q) g + max(0, q g + r - b) backward,
-               the same first gather and last reduce-scatter.
+               the same first gather and root reduce-scatter.
 Memory beyond the shards (step_memory's transients):
   "fsdp"       the unit being computed and the one prefetched, gathered, and the unit's
                unsharded gradients before their reduce-scatter: (2 param + grad) x layer.
@@ -58,8 +58,8 @@ def exposed_s(impl: str, n: int, layer_params: int, gather: float, scatter: floa
     fwd = (1 - q) * gather + max(0.0, q * gather - f)
     bwd = (1 - q) * gather + max(0.0, q * gather + scatter - b)
     first = root_gather + gather  # nothing computes before the first gathers land
-    last = root_scatter + scatter  # the last reduce-scatter follows the last backward
-    return first + (n - 1) * fwd + n * bwd + last
+    # each layer's reduce-scatter overlaps the backward after it; the root's, last, waits
+    return first + (n - 1) * fwd + n * bwd + root_scatter
 
 
 def transient_bytes(impl: str, layer_params: int, stage_params: int, param: int,
