@@ -42,8 +42,8 @@ def test_the_gpt3_plan_and_its_runner_up(text):
     # the tie: the layouts within the model's demonstrated error of the plan
     close = planner.within_error(chosen, rows)
     assert f"is {planner.MODEL_ERROR:.1%} (the median" in text
-    assert f"and {['no', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight'][len(close)]} " \
-        "layouts lie within it" in text
+    words = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight"]
+    assert f"and {words[len(close)]} layouts lie within it" in text
     # FlashAttention's share of the step against standard attention on the same layout
     std = step_time.step_time(plan.padded(model, lay.tp), lay, "a100", "bf16", "none", 0,
                               chosen.micro_batches, "torch")

@@ -45,7 +45,7 @@ def test_fsdp_rows_are_llm_foundrys_and_agree_with_themselves():
     assert len(fsdp) == 10 and all("llm-foundry" in r.source for r in fsdp)
     params = {"1b": 1315950592, "3b": 2651837440, "7b": 6658859008, "13b": 12853954560,
               "30b": 29975214080, "70b": 64862437376}  # the tables' NumParams at SeqLen 2048
-    for name, (heads, h, L) in published_runs.fsdp_runs.MPT.items():
+    for name, (_heads, h, L) in published_runs.fsdp_runs.MPT.items():
         count = 12 * L * h * h + 50368 * h + 2048 * h + 13 * L * h + 2 * h
         assert abs(count - params[name]) <= 2 * h, name
     for r in fsdp:
