@@ -166,8 +166,13 @@ def test_the_planner_limited_to_each_runs_software(table):
             assert r["own_recompute"] in ("keep", "full"), r["own_recompute"]
     for name in ("1008.0B", "530B", "1T"):
         assert rows[name]["own_same_tp"] and rows[name]["own_why"] == "the same"
-    # with all its options the planner goes further (FlashAttention, ZeRO-1): never slower
-    assert all(r["plan_step_s"] <= r["own_step_s"] * (1 + 1e-12) for r in table)
+    # with all its options the planner goes further (FlashAttention, ZeRO-1): never slower,
+    # where the run's own micro-batch is one the planner tries (llm-foundry's 6, 10, 14 are not)
+    assert all(r["plan_step_s"] <= r["own_step_s"] * (1 + 1e-12) for r in table
+               if not r["outside"])
+    assert {r["run"] for r in table if r["outside"]} == {
+        "mpt-1b/8x80", "mpt-3b/8x80", "mpt-7b/8x80", "mpt-30b/8x80", "mpt-3b/128x40",
+        "mpt-7b/128x40"}
 
 
 def test_planner_options_leave_out_what_a_run_did_not_have():
@@ -198,3 +203,15 @@ def test_planner_options_leave_out_what_a_run_did_not_have():
         planner.plan(model, 16, "a100", 80 * 2**30, zero_stages=(4,))
     with pytest.raises(ValueError, match="bases / zero_stages"):
         planner.plan(model, 16, "a100", 80 * 2**30, zero_stages=())
+
+
+def test_fsdp_runs_overlap_their_traffic_megatrons_2021_runs_do_not():
+    """PyTorch FSDP overlaps its gathers and reduce-scatters with compute; Megatron-LM's local
+    DDP of 2021-22 reduced after the backward. The overlap shortens an FSDP row's step."""
+    fsdp, meg = published_runs.run("mpt-13b/8x80"), published_runs.run("1.7B")
+    assert pc.overlap_of(fsdp) and not pc.overlap_of(meg)
+    opt, _ = pc.published_option(fsdp)
+    serial = pc.planner.evaluate(pc.model_of(fsdp), opt.layout, opt.micro_batches, fsdp.gpu,
+                                 pc.memory_of(fsdp), pc.RECIPE, fsdp.loss, "flash", 0, False,
+                                 overlap_dp=False)
+    assert serial.time.terms["dp_exposed"] > opt.time.terms["dp_exposed"]

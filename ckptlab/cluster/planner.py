@@ -271,7 +271,7 @@ def plan(model, gpus: int, gpu: str, memory: float, batch: int | None = None,
 # The model's demonstrated error: the median |error| of the modeled throughput on the held-out
 # rows of `python -m ckptlab bench plan-check` (published runs the efficiency curve was not
 # fitted on; its closing lines print it). Layouts closer than this to the fastest are a tie.
-MODEL_ERROR = 0.081
+MODEL_ERROR = 0.055
 
 
 def within_error(chosen: Option | None, rows: list, error: float = MODEL_ERROR) -> list:
