@@ -69,7 +69,23 @@ def test_the_plan_reports_a_tie_within_the_models_error(capsys):
                      "--batch", "1536"]) == 0
     out = capsys.readouterr().out
     assert "a tie:" in out and f"({planner.MODEL_ERROR:.1%}" in out
+    assert "links: DGX A100, 8 GPUs a node: 230 GB/s a GPU inside it (77% of 300)" in out
     assert cli.main(["plan", "--model", "gpt2-small", "--gpu", "4090", "--memory-gb", "24",
                      "--micro-batch", "16", "--zero3", "deepspeed"]) == 0
     assert "a decision: no other layout" in capsys.readouterr().out
     assert cli.main(["plan", "--memory-gb", "24", "--zero3", "megatron"]) == 2
+
+
+def test_zero3_exposure_by_hand():
+    """Per micro-batch, n = 4 layers: the first gathers wait; a layer's gather hides behind
+    the compute before it when shorter (FSDP, one unit ahead), the excess shows; DeepSpeed's
+    prefetch bucket lets only q of it run ahead."""
+    g, r, f, b = 2.0, 1.0, 3.0, 2.5  # a layer's gather, reduce-scatter, forward, backward
+    fsdp = zero3.exposed_s("fsdp", 4, 10**7, g, r, 0.5, 0.25, 4 * f, 4 * b)
+    assert fsdp == pytest.approx(0.5 + g + 3 * 0 + 4 * (g + r - b) + 0.25)
+    q = 5e7 / 1e8
+    ds = zero3.exposed_s("deepspeed", 4, 10**8, g, r, 0.5, 0.25, 4 * f, 4 * b)
+    assert ds == pytest.approx(0.5 + g + 3 * (1 - q) * g + 4 * ((1 - q) * g + max(
+        0, q * g + r - b)) + 0.25)
+    assert zero3.exposed_s("fsdp", 4, 10**7, g, r, 0.5, 0.25, 0, 0) == pytest.approx(
+        0.5 + 0.25 + 8 * g + 4 * r)  # nothing to hide behind: every byte waits

@@ -107,6 +107,14 @@ def _compute_text(model, gpu, achievable) -> str:
             f"{efficiency.X_HALF:g}), fitted on published runs: bench plan-check)")
 
 
+def _links_text(gpu) -> str:
+    f = step_time.fabric(gpu)
+    return (f"{f.name}, {f.node} GPUs a node: {f.intra / 1e9:.0f} GB/s a GPU inside it "
+            f"({f.nvlink_achieved:.0%} of {f.nvlink / 1e9:.0f}), {f.nics} network adapters of "
+            f"{f.nic * f.nic_achieved / 1e9:.0f} GB/s shared by its GPUs across nodes (rates "
+            "NCCL is measured to reach: ckptlab.cluster.links)")
+
+
 def report(model, chosen, rows, gpus, gpu, memory, recipe, loss="torch",
            achievable=None, compare=None, everything=False,
            batch=None) -> str:
@@ -116,7 +124,7 @@ def report(model, chosen, rows, gpus, gpu, memory, recipe, loss="torch",
              f"x {name} with {memory / GIB:.3g} GiB each (every number modeled)",
              f"  loss: {sm.LOSSES[loss]}",
              f"  {_compute_text(model, gpu, achievable)}; data-parallel traffic overlapped as "
-             "ckptlab.cluster.step_time says"]
+             "ckptlab.cluster.step_time says", f"  links: {_links_text(gpu)}"]
     if chosen is None:
         lines.append(nothing_fits(rows, gpus, batch))
     else:
