@@ -174,9 +174,11 @@ def rows(achievable=None, names=None) -> list[dict]:
                         f"{key}_step_s": chosen.step_s, f"{key}_not_slower":
                         opt is None or not seen or chosen.step_s <= opt.step_s * (1 + 1e-12)})
             if opt is not None:
-                row.update({f"{key}_gain": opt.step_s / chosen.step_s - 1, f"{key}_why":
-                            "published loses on " + planner.why_faster(chosen, opt)
-                            if opt.step_s > chosen.step_s else "the same",
+                why = ("published loses on " + planner.why_faster(chosen, opt)
+                       if opt.step_s > chosen.step_s else "the same"
+                       if opt.step_s == chosen.step_s or seen
+                       else f"published micro-batch {r.micro_batch} is not one the planner tries")
+                row.update({f"{key}_gain": opt.step_s / chosen.step_s - 1, f"{key}_why": why,
                             f"{key}_same_tp": (chosen.layout.tp, chosen.layout.pp) ==
                             (r.t, r.p)})
         out.append(row)
