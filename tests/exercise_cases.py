@@ -138,9 +138,9 @@ CASES = [
          S14.answer_1, 16 * S14.GPT3.params()),
     Case("14", 2, lab14.zero1_state_bytes, dict(params=S14.GPT3.params(8), tp=8, dp=128),
          S14.answer_2, 16 * S14.GPT3.params(8) / 128),
-    Case("14", 3, lab14.choose_layout, CLUSTER14, S14.answer_3, (8, 16)),
-    # the same cluster with 80 GiB a GPU: FSDP over d = 16 fits at micro-batch 4, no pipeline
-    Case("14", None, lab14.choose_layout, dict(CLUSTER14, memory_gib=80), (8, 1), (8, 8),
+    Case("14", 3, lab14.choose_layout, CLUSTER14, S14.answer_3, (8, 4)),
+    # the same cluster with 80 GiB a GPU: FSDP, no pipeline, ties within the model's error
+    Case("14", None, lab14.choose_layout, dict(CLUSTER14, memory_gib=80), (4, 1), (8, 8),
          "choose_layout 80 GiB"),
     Case("A1", 1, appendix_a1.hfu_over_mfu, dict(B=64, H=16, N=1024, d=64), SA1.answer_1, 10 / 8),
     Case("A1", 2, appendix_a1.fig2_model_gflops, dict(B=64, H=16, N=1024, d=64), SA1.answer_2,

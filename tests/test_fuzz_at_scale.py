@@ -16,6 +16,7 @@ BAD = ["0", "-1", "nan", "inf", "-inf", "1e20", "2.5", "", "abc", "9" * 23, "Tru
 PLAN_OPTIONS = {
     "--gpus": BAD, "--memory-gb": BAD, "--batch": BAD, "--micro-batch": BAD,
     "--achievable": BAD + ["1.0001"], "--loss": BAD, "--recipe": BAD, "--gpu": BAD,
+    "--zero3": BAD + ["megatron"],
     "--compare": BAD + ["8,0", "0,1", "8,1,1", "99999,99999"],
     "--model": BAD + ["gpt:1,8,1,8,8", "gpt:4097,128,1,8,8", "gpt:1,262144,1024,8,8",
                       "gpt:1,128,1,2097152,8", "gpt:1,128,1,8,8388608"],

@@ -26,20 +26,24 @@ def test_the_gpt3_plan_and_its_runner_up(text):
     model = plan.MODELS["gpt3-175b"]
     chosen, rows = plan.plan(model, 1024, "a100", 80 * GIB, batch=1536)
     lay = chosen.layout
-    assert (lay.tp, lay.sp, lay.dp, lay.zero, lay.pp, lay.micro_batch) == (8, True, 128, 3, 1, 4)
-    assert "t = 8 with sequence parallelism and FSDP over d = 128, micro-batches of 4" in text
+    assert (lay.tp, lay.sp, lay.dp, lay.zero, lay.pp, lay.micro_batch) == (4, True, 256, 3, 1, 2)
+    assert "t = 4 with sequence parallelism and FSDP over d = 256, micro-batches of 2" in text
     mfu = step_time.model_flops(model, 1536) / chosen.step_s / 1024 / 312e12
     assert f"{chosen.peak / GIB:.1f} GiB a GPU and a modeled {chosen.step_s:.1f} s step " \
            f"(MFU {mfu:.1%})" in text
     second = planner.runner_up(chosen, rows)
     lay2 = second.layout
-    assert (lay2.tp, lay2.pp, lay2.vp, lay2.zero) == (4, 8, 4, 1)
+    assert (lay2.tp, lay2.sp, lay2.pp, lay2.zero) == (4, False, 1, 3)
     assert f"is {second.step_s / chosen.step_s - 1:.1%} slower" in text
     d = {k: second.time.terms[k] - chosen.time.terms[k] for k in chosen.time.terms}
-    assert f"tensor-parallel traffic (-{-(d['tp_f'] + d['tp_b']):.2f} s)" in text
-    assert f"the bubble (+{d['bubble']:.2f} s)" in text
-    assert f"cannot hide (+{d['dp_exposed']:.2f} s)" in text
-    assert f"(+{d['matmul_f'] + d['matmul_b']:.2f} s of matmuls)" in text
+    assert f"cannot hide (-{-d['dp_exposed']:.2f} s)" in text
+    assert f"sequence parallelism splits (+{d['elementwise_f'] + d['elementwise_b']:.2f} s)" \
+        in text
+    # the tie: the layouts within the model's demonstrated error of the plan
+    close = planner.within_error(chosen, rows)
+    assert f"is {planner.MODEL_ERROR:.1%} (the median" in text
+    words = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight"]
+    assert f"and {words[len(close)]} layouts lie within it" in text
     # FlashAttention's share of the step against standard attention on the same layout
     std = step_time.step_time(plan.padded(model, lay.tp), lay, "a100", "bf16", "none", 0,
                               chosen.micro_batches, "torch")
@@ -54,10 +58,10 @@ def test_megatron_recipe_and_its_example_script(text):
     kw = dict(batch=1536, recipe="bf16-fp32grad", loss="fused")
     chosen, _ = plan.plan(model, 1024, "a100", 80 * GIB, **kw)
     lay = chosen.layout
-    assert (lay.tp, lay.pp, lay.vp, lay.dp, lay.zero) == (8, 8, 4, 16, 1)
-    assert f"optimizer, {chosen.step_s:.1f} s: the layout Korthikanti" in text
+    assert (lay.tp, lay.pp, lay.vp, lay.dp, lay.zero) == (4, 8, 4, 32, 1)
+    assert f"with the distributed optimizer, {chosen.step_s:.1f} s." in text
     _, script = plan._compare("8,16", model, 1024, "a100", 80 * GIB, 1536, None,
-                              "bf16-fp32grad", "fused", step_time.ACHIEVABLE)
+                              "bf16-fp32grad", "fused", None)
     assert (script.layout.tp, script.layout.pp) == (8, 16)
     pct = f"{script.step_s / chosen.step_s - 1:.1%}"
     assert f"is by the model {pct} slower" in text

@@ -16,7 +16,9 @@ printed is the one with the shortest modeled step (ckptlab.cluster.step_time: co
 achievable fraction of the peak fitted on published runs, attention launch by launch (standard
 attention as Megatron-LM and PyTorch run it, FlashAttention from the lab's time model),
 element-wise kernels, tensor-parallel, pipeline and data-parallel communication, the bubble),
-then the runner-up (the best other layout) and what made the difference.
+then the runner-up (the best other layout) and what made the difference, and every layout
+whose modeled step is within the model's demonstrated error of the plan's (a tie when there is
+more than one: the model cannot choose between them).
 
 --loss names the loss implementation, whose buffers the memory counts: torch (PyTorch's
 F.cross_entropy: two fp32 logits-sized buffers at once in its backward, beside the saved
@@ -33,10 +35,11 @@ import json
 import math
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ckptlab.cli.report import UsageError, positive_float, positive_int
-from ckptlab.cluster import planner, step_time
+from ckptlab.cluster import efficiency, planner, step_time, zero3
 from ckptlab.cluster import step_memory as sm
 from ckptlab.measure import roofline
 
@@ -96,16 +99,32 @@ def nothing_fits(rows: list, gpus: int, batch) -> str:
             + (f", {split} cannot split the batch {batch}" if split else ""))
 
 
+def _compute_text(model, gpu, achievable) -> str:
+    if achievable is not None:
+        return f"compute at {achievable:g} of the peak (--achievable)"
+    f = step_time.efficiency(model, sm.Layout(), gpu)
+    return (f"compute at {f:.3g} of the peak ({efficiency.E_MAX:g} h / (h + "
+            f"{efficiency.X_HALF:g}), fitted on published runs: bench plan-check)")
+
+
+def _links_text(gpu) -> str:
+    f = step_time.fabric(gpu)
+    return (f"{f.name}, {f.node} GPUs a node: {f.intra / 1e9:.0f} GB/s a GPU inside it "
+            f"({f.nvlink_achieved:.0%} of {f.nvlink / 1e9:.0f}), {f.nics} network adapters of "
+            f"{f.nic * f.nic_achieved / 1e9:.0f} GB/s shared by its GPUs across nodes (rates "
+            "NCCL is measured to reach: ckptlab.cluster.links)")
+
+
 def report(model, chosen, rows, gpus, gpu, memory, recipe, loss="torch",
-           achievable=step_time.ACHIEVABLE, compare=None, everything=False,
+           achievable=None, compare=None, everything=False,
            batch=None) -> str:
     name = roofline.spec(gpu)["name"]
     lines = [f"plan: GPT L={model.layers} h={model.hidden} a={model.heads} s={model.seq} "
              f"V={model.vocab} ({model.params() / 1e9:.2f}B parameters), {recipe}, on {gpus} "
              f"x {name} with {memory / GIB:.3g} GiB each (every number modeled)",
              f"  loss: {sm.LOSSES[loss]}",
-             f"  compute at {achievable:g} of the peak (fitted on published runs: bench "
-             "plan-check); data-parallel traffic overlapped as ckptlab.cluster.step_time says"]
+             f"  {_compute_text(model, gpu, achievable)}; data-parallel traffic overlapped as "
+             "ckptlab.cluster.step_time says", f"  links: {_links_text(gpu)}"]
     if chosen is None:
         lines.append(nothing_fits(rows, gpus, batch))
     else:
@@ -116,6 +135,7 @@ def report(model, chosen, rows, gpus, gpu, memory, recipe, loss="torch",
             lines += [f"runner-up: {layout_text(second.layout)}, step {second.step_s:.3g} s "
                       f"({second.step_s / chosen.step_s - 1:+.1%}): it loses on "
                       f"{planner.why_faster(chosen, second)}"]
+        lines += _ties(chosen, rows)
     if compare is not None:
         lay, opt = compare
         if isinstance(opt, Option):
@@ -148,6 +168,21 @@ def report(model, chosen, rows, gpus, gpu, memory, recipe, loss="torch",
     if len(bad) > 8 and not everything:
         lines.append(f"... and {len(bad) - 8} more that do not fit (--all)")
     return "\n".join(lines)
+
+
+def _ties(chosen, rows) -> list[str]:
+    """The layouts whose modeled step is within the model's demonstrated error of the plan's:
+    a tie when there is more than one."""
+    close = planner.within_error(chosen, rows)
+    err = f"{planner.MODEL_ERROR:.1%}"
+    if len(close) <= 1:
+        return [f"a decision: no other layout within the model's demonstrated error ({err}, "
+                "the median |error| on bench plan-check's held-out runs)"]
+    return [f"a tie: {len(close)} layouts within the model's demonstrated error ({err}, the "
+            "median |error| on bench plan-check's held-out runs) of the fastest; the model "
+            "cannot tell them apart:"] + [
+        f"  {layout_text(o.layout)} b={o.layout.micro_batch}, step {o.step_s:.3g} s "
+        f"({o.step_s / chosen.step_s - 1:+.1%})" for o in close]
 
 
 def _int(cfg: dict, key: str, path) -> int:
@@ -201,7 +236,7 @@ def model_of(text: str) -> sm.GPTShape:
 
 
 def _compare(text: str, model, gpus, gpu, memory, batch, micro_batch, recipe, loss,
-             achievable):
+             achievable, zero3_impl="fsdp"):
     """(label, the best Option of the layout t, p, or why it does not fit)."""
     m = re.fullmatch(r"(\d{1,4}),(\d{1,5})", text or "")
     if m is None:
@@ -217,6 +252,8 @@ def _compare(text: str, model, gpus, gpu, memory, batch, micro_batch, recipe, lo
     for lay, o in rows:
         if isinstance(o, str):
             continue
+        if lay.zero == 3:
+            lay = replace(lay, zero3=zero3_impl)
         opt = planner.best_option(model, lay, o, gpu, memory, recipe, loss,
                                   achievable=achievable)
         if opt is not None and (best is None or opt.step_s < best.step_s):
@@ -238,14 +275,18 @@ def main(argv=None) -> int:
                    "the planner tries powers of two up to 16)")
     p.add_argument("--recipe", choices=sorted(sm.RECIPES), default="bf16")
     p.add_argument("--loss", choices=sorted(sm.LOSSES), default="torch")
-    p.add_argument("--achievable", type=positive_float, default=step_time.ACHIEVABLE,
-                   metavar="F", help="fraction of the peak the arithmetic reaches, in (0, 1]")
+    p.add_argument("--achievable", type=positive_float, default=None, metavar="F",
+                   help="fraction of the peak the arithmetic reaches, in (0, 1] (default: by "
+                   "the hidden size, ckptlab.cluster.efficiency)")
+    p.add_argument("--zero3", choices=zero3.IMPLEMENTATIONS, default="fsdp",
+                   help="the ZeRO-3 implementation: PyTorch FSDP (a layer gathered ahead) or "
+                   "DeepSpeed (stage3_prefetch_bucket_size, stage3_max_live_parameters)")
     p.add_argument("--compare", metavar="T,P", help="also evaluate tensor size T x pipeline P")
     p.add_argument("--all", action="store_true", help="list every layout")
     p.add_argument("--sequential", help="MODULE:FACTORY returning a torch.nn.Sequential")
     p.add_argument("--input-shape", help="with --sequential: one GPU's input, e.g. 64,512")
     a = p.parse_args(argv)
-    if a.achievable > 1:
+    if a.achievable is not None and a.achievable > 1:
         raise UsageError(f"--achievable: expected a fraction in (0, 1], got {a.achievable}")
     model = hf_config(a.hf_config) if a.hf_config else model_of(a.model)
     try:
@@ -272,8 +313,9 @@ def main(argv=None) -> int:
     compare = None
     if a.compare:
         compare = _compare(a.compare, model, a.gpus, a.gpu, memory, a.batch, a.micro_batch,
-                           **kw)
-    chosen, rows = plan(model, a.gpus, a.gpu, memory, a.batch, a.micro_batch, **kw)
+                           **kw, zero3_impl=a.zero3)
+    chosen, rows = plan(model, a.gpus, a.gpu, memory, a.batch, a.micro_batch, **kw,
+                        zero3=a.zero3)
     print(report(model, chosen, rows, a.gpus, a.gpu, memory, a.recipe, a.loss, a.achievable,
                  compare, a.all, a.batch))
     return 0 if chosen is not None else 1

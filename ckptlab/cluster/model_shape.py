@@ -64,7 +64,8 @@ class GPTShape:
 class Layout:
     """Parallel degrees: dp data-parallel ranks (ZeRO shards over them), tp tensor-parallel,
     sp sequence parallelism (within tp), zero stage 0-3 (3 = FSDP full shard), micro-batch,
-    pp pipeline stages, vp virtual stages (chunks) per GPU (vp > 1: interleaved 1F1B)."""
+    pp pipeline stages, vp virtual stages (chunks) per GPU (vp > 1: interleaved 1F1B); zero3
+    the ZeRO-3 implementation, "fsdp" (PyTorch) or "deepspeed" (ckptlab.cluster.zero3)."""
 
     dp: int = 1
     tp: int = 1
@@ -73,6 +74,7 @@ class Layout:
     micro_batch: int = 1
     pp: int = 1
     vp: int = 1
+    zero3: str = "fsdp"
 
     def __post_init__(self):
         for name in ("dp", "tp", "micro_batch", "pp", "vp"):
@@ -81,6 +83,8 @@ class Layout:
             raise ValueError(f"sp: expected True or False, got {self.sp!r}")
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise ValueError(f"zero: expected a ZeRO stage 0, 1, 2 or 3, got {self.zero!r}")
+        if self.zero3 not in ("fsdp", "deepspeed"):
+            raise ValueError(f"zero3: expected 'fsdp' or 'deepspeed', got {self.zero3!r}")
         if self.vp > 1 and self.pp < 2:
             raise ValueError(f"vp = {self.vp} virtual stages need a pipeline (pp >= 2)")
 

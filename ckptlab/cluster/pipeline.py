@@ -14,7 +14,8 @@ Schedules (m micro-batches a step, a micro-batch's forward + backward on one chu
   1f1b          PipeDream-Flush (Narayanan et al. 2021, section 2.2.1): stage i runs
                 p - i - 1 warm-up forwards, then alternates one forward and one backward, so it
                 holds at most min(p - i, m) micro-batches' activations: the first stage the most.
-                Step = (m + p - 1)(t_f + t_b); the bubble (idle share) (p - 1) / m.
+                Step = (m + p - 1)(t_f + t_b); the bubble over the ideal time (p - 1) / m,
+                the idle share of the step (p - 1) / (m + p - 1) (27% at p = 4, m = 8).
   interleaved   the interleaved 1F1B (section 2.2.2): v chunks a stage, bubble (p - 1) / (v m),
                 v times the point-to-point traffic. Megatron-LM's schedule
                 (megatron/core/pipeline_parallel/schedules.py,

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 
 from ckptlab.cluster import at_scale, pipeline, step_time
 from ckptlab.cluster import step_memory as sm
+from ckptlab.cluster import zero3 as zero3_impl
 from ckptlab.measure import roofline
 
 BASES = ("none", "flash", "selective")
@@ -110,7 +111,7 @@ class Option:
 
 
 def evaluate(model, layout, m, gpu, memory, recipe="bf16", loss="torch", base="none",
-             full=None, dropout=True, achievable=step_time.ACHIEVABLE,
+             full=None, dropout=True, achievable=None,
              overlap_dp=True, partial_full: bool = True) -> Option | None:
     """The option with `base` and the fewest whole-layer recomputes that fit (full=None), or
     exactly `full`; None when it does not fit. partial_full=False: a chunk's layers are
@@ -181,7 +182,7 @@ def _micro(model, base, batch, micro_batch):
 
 
 def best_option(model, layout, m, gpu, memory, recipe="bf16", loss="torch", bases=BASES,
-                dropout=True, achievable=step_time.ACHIEVABLE,
+                dropout=True, achievable=None,
                 overlap_dp=True, partial_full: bool = True) -> Option | None:
     """The fastest fitting option of `layout` over the recompute bases."""
     best = None
@@ -195,13 +196,14 @@ def best_option(model, layout, m, gpu, memory, recipe="bf16", loss="torch", base
 
 
 def lower_bound(model, layout, m, gpu, recipe="bf16",
-                achievable=step_time.ACHIEVABLE) -> float:
+                achievable=None) -> float:
     """Seconds a step takes at least: the slowest stage's matmuls, over the pipeline's
     m + (p - 1) / v micro-batch times (step_time without attention, communication, recompute,
     element-wise kernels or the optimizer)."""
     s, b, h, t = model.seq, layout.micro_batch, model.hidden, layout.tp
     dtype = "fp32" if sm.recipe_of(recipe).name == "fp32" else "bf16"
-    peak = achievable * roofline.peak_flops(step_time._spec(gpu), dtype)
+    fraction = step_time.efficiency(model, layout, gpu, achievable)
+    peak = fraction * roofline.peak_flops(step_time._spec(gpu), dtype)
     layers = 3 * model.layers // layout.pp * 24 * b * s * h * h / t
     head = 6 * b * s * h * padded(model, t).vocab / t
     mb = (layers + head) / peak
@@ -219,13 +221,13 @@ def why_not(model, layout, m, recipe="bf16", loss="torch", dropout=True) -> str:
 
 def plan(model, gpus: int, gpu: str, memory: float, batch: int | None = None,
          micro_batch: int | None = None, recipe: str = "bf16", loss: str = "torch",
-         dropout: bool = True, achievable: float = step_time.ACHIEVABLE,
+         dropout: bool = True, achievable=None,
          overlap_dp: bool = True, bases=BASES, sequence_parallel: bool = True,
-         zero_stages=ZERO_STAGES, partial_full: bool = True) -> tuple:
+         zero_stages=ZERO_STAGES, partial_full: bool = True, zero3: str = "fsdp") -> tuple:
     """(the fastest fitting Option or None, rows): rows are (Layout, Option or the reason
     nothing of that layout fits), one per layout tried; bases, sequence_parallel=False,
     zero_stages and partial_full=False (evaluate) leave out what a run's software did not
-    have."""
+    have; zero3 the ZeRO-3 implementation ("fsdp" or "deepspeed": ckptlab.cluster.zero3)."""
     check_limits(model, gpus, batch, micro_batch)
     roofline.spec(gpu)
     bad = [b for b in bases if b not in BASES] + [z for z in zero_stages
@@ -234,9 +236,12 @@ def plan(model, gpus: int, gpu: str, memory: float, batch: int | None = None,
         raise ValueError(f"bases / zero_stages: expected some of {BASES} and of {ZERO_STAGES}, "
                          f"got {tuple(bases)!r} and {tuple(zero_stages)!r}")
     rows, todo = [], []
+    zero3_impl.check(zero3)
     for layout, m in layouts(model, gpus, gpu, batch, micro_batch):
         if (layout.sp and not sequence_parallel) or layout.zero not in zero_stages:
             continue
+        if layout.zero == 3:
+            layout = replace(layout, zero3=zero3)
         if isinstance(m, str):
             rows.append((layout, m))
         else:
@@ -261,6 +266,23 @@ def plan(model, gpus: int, gpu: str, memory: float, batch: int | None = None,
     fits = [o for _, o in rows if isinstance(o, Option)]
     chosen = min(fits, key=lambda o: (o.step_s, o.peak), default=None)
     return chosen, rows
+
+
+# The model's demonstrated error: the median |error| of the modeled throughput on the held-out
+# rows of `python -m ckptlab bench plan-check` (published runs the efficiency curve was not
+# fitted on; its closing lines print it). Layouts closer than this to the fastest are a tie.
+MODEL_ERROR = 0.055
+
+
+def within_error(chosen: Option | None, rows: list, error: float = MODEL_ERROR) -> list:
+    """The fastest option of each layout family whose step is within `error` of the chosen
+    one's, fastest first (the chosen one included)."""
+    if chosen is None:
+        return []
+    best: dict = {}
+    for o in sorted((o for _, o in rows if isinstance(o, Option)), key=lambda o: o.step_s):
+        best.setdefault(family(o.layout), o)
+    return [o for o in best.values() if o.step_s <= chosen.step_s * (1 + error)]
 
 
 def family(layout: sm.Layout) -> tuple:

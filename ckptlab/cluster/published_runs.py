@@ -1,4 +1,5 @@
-"""Published training runs of GPT models on A100s that ckptlab's step model is held against
+"""Published training runs of GPT models on A100s (Megatron-LM's, and PyTorch FSDP's in
+ckptlab.cluster.fsdp_runs) that ckptlab's step model is held against
 (`python -m ckptlab bench plan-check`), each row with the paper, table and row it comes from.
 
 Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using
@@ -29,6 +30,8 @@ Megatron's fused vocabulary-parallel loss, dropout on, DGX A100 80GB nodes (8 GP
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from ckptlab.cluster import fsdp_runs
 
 NARAYANAN = ("Narayanan et al. 2021, 'Efficient Large-Scale Language Model Training on GPU "
              "Clusters Using Megatron-LM', SC'21 (arXiv 2104.04473), Table 1")
@@ -63,6 +66,13 @@ class Run:
     micro_batch: int | None = None  # None: not published
     v: int | None = None  # virtual stages; None: not published
     published_pct: float = 0.0  # the percentage of peak the paper prints beside it
+    gpu: str = "A100-SXM4-80GB"
+    memory_gib: int = 80
+    zero: int = 0
+    base: str | None = None  # per layer: None = "none" (full) or the recompute named above
+    dropout: bool = True
+    loss: str = "fused"
+    software_of: str | None = None  # SOFTWARE's key; None: the paper's (flops_count)
 
     @property
     def d(self) -> int:
@@ -106,10 +116,13 @@ ITERATION_S = {"22B": 1.10, "175B": 13.75, "530B": 37.83, "1T": 71.49}
 # Korthikanti et al. 2022, Table 5: hardware FLOPs utilisation (%), beside the MFU above (Run's
 # published_pct); HFU over MFU is their accounting of selective recompute (at_scale.hfu_over_mfu)
 HFU_PCT = {"22B": 43.7, "175B": 52.8, "530B": 57.0, "1T": 57.0}
-# The rows the efficiency constant (step_time.ACHIEVABLE) is fitted on, named before looking at
-# any error: three sizes of Table 1 (small without pipeline, mid without, large with); every
-# other row is held out.
-CALIBRATION = ("1.7B", "18.4B", "145.6B")
+# The rows the efficiency curve (ckptlab.cluster.efficiency: E_MAX, X_HALF) is fitted on, named
+# before any row's error under that curve was computed, by one property alone: they span the
+# per-GPU GEMM width x = h / t the curve is a function of, 768 (18.4B), 1536 (145.6B), 2304
+# (1.7B) and 3200 (1008.0B), all in one table (Narayanan's Table 1: one FLOP count, one
+# software), few against the rows held out. Every other row (six of Table 1, Korthikanti's
+# four, the FSDP runs) is held out and only reported.
+CALIBRATION = ("1.7B", "18.4B", "145.6B", "1008.0B")
 
 
 # What each paper's software could do, for the planner limited to it (bench plan-check): no
@@ -121,12 +134,16 @@ SOFTWARE = {
     "narayanan": dict(bases=("none",), sequence_parallel=False, zero_stages=(0,),
                       partial_full=False),
     "model": dict(bases=("none", "selective"), sequence_parallel=True, zero_stages=(0,)),
+    # llm-foundry on Composer (2023): PyTorch FSDP FULL_SHARD, FlashAttention (triton), every
+    # block checkpointed or none; tensor parallelism is not limited here
+    "composer": dict(bases=("flash",), sequence_parallel=False, zero_stages=(3,),
+                     partial_full=False, zero3="fsdp"),
 }
 
 
 def software(r: Run) -> dict:
     """planner.plan's options that the run's own software had (SOFTWARE, by its paper)."""
-    return dict(SOFTWARE[r.flops_count])
+    return dict(SOFTWARE[r.software_of or r.flops_count])
 
 
 def run(name: str) -> Run:
@@ -134,3 +151,19 @@ def run(name: str) -> Run:
         if r.name == name:
             return r
     raise ValueError(f"run: expected one of {[r.name for r in RUNS]}, got {name!r}")
+
+
+
+def _fsdp(row) -> Run:
+    """A Run of ckptlab.cluster.fsdp_runs' row: FSDP over every GPU, FlashAttention, every
+    block recomputed whole or none."""
+    model, gpu, gpus, b, batch, ckpt, tokens, mfu = row
+    heads, hidden, layers = fsdp_runs.MPT[model]
+    tflops = tokens * fsdp_runs.model_flops_per_token(heads, hidden, layers) / 1e12
+    return Run(fsdp_runs.name_of(row), fsdp_runs.source_of(row), heads, hidden, layers, 1, 1,
+               gpus, batch, tflops, "model", "full" if ckpt else "flash", micro_batch=b, v=1,
+               published_pct=mfu, gpu=gpu, memory_gib=40 if "40GB" in gpu else 80, zero=3,
+               base="flash", dropout=False, loss="torch", software_of="composer")
+
+
+RUNS += [_fsdp(row) for row in fsdp_runs.ROWS]

@@ -35,10 +35,12 @@ embedding, as Megatron-LM does):
               (full: the layer's whole activations; selective: its attention core;
               FlashAttention's backward only its fp32 dQ accumulator and D): after the head's
               backward, so the step holds the larger of the two.
-  transient   the most a step holds briefly beyond the above: with ZeRO-3 / FSDP, an
-              all-gathered unit (one layer's parameters) and the one prefetched after it
-              (fully_shard's implicit prefetch), plus the unit's unsharded gradients before
-              their reduce-scatter; on the last stage the loss's backward buffers (LOSSES).
+  transient   the most a step holds briefly beyond the above: with ZeRO-3, by implementation
+              (ckptlab.cluster.zero3): PyTorch FSDP an all-gathered unit (one layer's
+              parameters) and the one prefetched after it (fully_shard's implicit prefetch),
+              plus the unit's unsharded gradients before their reduce-scatter; DeepSpeed a
+              layer and its prefetch bucket (at most stage3_max_live_parameters) and its
+              gradient reduce bucket; on the last stage the loss's backward buffers (LOSSES).
   peak        params + grads + optimizer + activations + transient. With more than one
               micro-batch a step really holds all of it at once (the gradients accumulated so
               far beside the next micro-batch's activations); with one micro-batch the full
@@ -54,7 +56,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from ckptlab.cluster import at_scale, pipeline
+from ckptlab.cluster import at_scale, pipeline, zero3
 from ckptlab.cluster.model_shape import GPTShape, Layout, _positive  # noqa: F401 (re-exported)
 
 RECOMPUTE = at_scale.RECOMPUTE
@@ -215,7 +217,9 @@ def _parts(model: GPTShape, layout: Layout, rec: Recipe, recompute: str, optimiz
         # every forward first (m = p); one of them is in `head` below
         fixed += (flight[-1] - 1) * head
     if layout.zero == 3:
-        transients["fsdp units"] = model.layer_params(t) * (2 * rec.param + rec.grad)
+        transients["fsdp units" if layout.zero3 == "fsdp" else "zero-3 buckets"] = \
+            zero3.transient_bytes(layout.zero3, model.layer_params(t),
+                                  model.stage_params(t, p, stage), rec.param, rec.grad)
     one = layer_activations(s, b, h, a, recompute, **kw)
     whole = layer_activations(s, b, h, a, "none", **kw)
     # a kept layer's backward: selective holds the attention core it recomputes (whole - one);

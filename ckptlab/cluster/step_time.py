@@ -1,6 +1,7 @@
-"""A training step's time on a layout of GPUs, modeled: compute at an achievable fraction of the
-peak, attention from the lab's own time model, the communication each kind of parallelism and
-each ZeRO stage does, and the pipeline's bubble. Every number here is *modeled*.
+"""A training step's time on a layout of GPUs, modeled: compute at a fraction of the peak that
+grows with the size of the matmuls (ckptlab.cluster.efficiency), attention from the lab's own
+time model, the communication each kind of parallelism and each ZeRO stage does over the links
+as deployed (ckptlab.cluster.links), and the pipeline's bubble. Every number here is *modeled*.
 
     st = step_time(GPTShape(96, 12288, 96, 2048, 51200), Layout(dp=16, tp=8, pp=8, sp=True),
                    "A100", recipe="bf16-fp32grad", recompute="selective", micro_batches=12)
@@ -8,15 +9,15 @@ each ZeRO stage does, and the pipeline's bubble. Every number here is *modeled*.
 
 Per micro-batch on one pipeline stage (L / p layers), forward then backward:
   matmuls     QKV, projection and MLP, 24 b s h^2 / t a layer forward, twice that backward, and
-              the head 2 b s h V / t forward, twice backward (last stage), at ACHIEVABLE x the
-              GPU's peak for the recipe's dtype (ckptlab.measure.roofline).
+              the head 2 b s h V / t forward, twice backward (last stage), at efficiency(...) x
+              the GPU's peak for the recipe's dtype (ckptlab.measure.roofline).
   attention   the core (Q K^T, softmax, P V) of a / t heads at head dim h / a. Standard
               attention (recompute none, selective) as training runs launch it
               (ckptlab.measure.unfused_attention: Megatron-LM's and PyTorch's math path, the
               scores, probabilities and their dropout each through HBM, every score computed);
               FlashAttention ("flash") from ckptlab.measure.timemodel, the lab's tiled kernels
               timed causal (masked tiles skipped) at their unique-bytes bound. Both: a launch
-              cost, then the roofline, compute at the same ACHIEVABLE. Selective recompute
+              cost, then the roofline, compute at the same fraction. Selective recompute
               reruns the forward launches in the backward.
   recompute   a layer recomputed whole reruns its forward (matmuls, attention, collectives).
   tensor par. Megatron's two all-reduces of the s b h activations a layer forward, two backward
@@ -36,14 +37,17 @@ Per step:
               optimizer: a reduce-scatter of the gradients and an all-gather of the updated
               parameters, once a step (the same bytes). ZeRO-2: a reduce-scatter after every
               micro-batch's backward (each rank keeps only its shard: DeepSpeed issue #2252, a
-              maintainer), and the all-gather once; ZeRO-3 (FSDP): per micro-batch an all-gather
-              of the parameters in the forward, another in the backward, a reduce-scatter of the
-              gradients. Over InfiniBand when the group spans nodes (ranks ordered tensor, data,
-              pipeline, as Megatron-LM orders them), else NVLink. Overlap, stated: a step's
-              gradient reduction hides behind the last micro-batch's backward (DDP's buckets,
-              Megatron's --overlap-grad-reduce), each ZeRO-2 reduce-scatter behind its micro-
-              batch's backward, ZeRO-3's gathers behind the forward and backward they prefetch
-              for; the rest is exposed. The parameter all-gather after the optimizer is exposed.
+              maintainer), and the all-gather once; ZeRO-3: per micro-batch an all-gather of
+              each layer's parameters in the forward, another in the backward, a reduce-scatter
+              of its gradients, hidden as far as its implementation's prefetch lets them
+              (ckptlab.cluster.zero3: PyTorch FSDP or DeepSpeed). Each collective hierarchical
+              over the d ranks t apart (ranks ordered tensor, data, pipeline, as Megatron-LM
+              orders them): NVLink among those on one node, the node's shared network adapters
+              across nodes (ckptlab.cluster.links). Overlap, stated: a step's gradient
+              reduction hides behind the last micro-batch's backward (DDP's buckets, Megatron's
+              --overlap-grad-reduce), each ZeRO-2 reduce-scatter behind its micro-batch's
+              backward; the rest is exposed. The parameter all-gather after the optimizer is
+              exposed.
   optimizer   Adam's update reads and writes the fp32 master weights and both moments, reads the
               gradient and writes the 16-bit weight: (24 + grad + param) bytes a parameter of
               the shard, at the HBM bandwidth.
@@ -58,26 +62,16 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from ckptlab.cluster import offload, pipeline
+from ckptlab.cluster import efficiency as eff
+from ckptlab.cluster import links as fabrics
+from ckptlab.cluster import pipeline, zero3
 from ckptlab.cluster import step_memory as sm
 from ckptlab.measure import roofline, timemodel, unfused_attention
 
-LINKS = {  # GPU -> (GPUs a node, bytes/s per direction within a node, across nodes per GPU)
-    # A100 datasheet: NVLink 600 GB/s (both directions); DGX A100 datasheet: 8 GPUs, 8x
-    # ConnectX-6 200 Gb/s HDR InfiniBand (one per GPU): 25 GB/s
-    "A100-SXM4-80GB": (8, 300e9, 25e9),
-    # H100 / H200 datasheets: NVLink 900 GB/s; DGX H100 / H200: 8x ConnectX-7 400 Gb/s NDR
-    "H100-SXM5-80GB": (8, 450e9, 50e9),
-    "H200-SXM-141GB": (8, 450e9, 50e9),
-    # PCIe cards: PCIe 4.0 x16 both ways (ckptlab.cluster.offload.LINKS)
-    "L4": (8, offload.LINKS["PCIe 4.0 x16"], offload.LINKS["PCIe 4.0 x16"]),
-    "RTX-4090": (1, offload.LINKS["PCIe 4.0 x16"], offload.LINKS["PCIe 4.0 x16"]),
-}
-# The fraction of the peak the arithmetic reaches. One constant, fitted by `python -m ckptlab
-# bench plan-check --fit` on the calibration rows named in ckptlab.cluster.published_runs
-# (CALIBRATION) and held against the others; tests/test_plan_check.py refits it and fails if
-# this value drifts from the fit.
-ACHIEVABLE = 0.614
+# GPU -> (GPUs a node, bytes/s a GPU reaches inside its node, across nodes while its node's
+# GPUs all send): the links as deployed and the fraction of their datasheet rate NCCL reaches
+# (ckptlab.cluster.links, each figure with its measurement)
+LINKS = {name: (f.node, f.intra, f.inter) for name, f in fabrics.FABRICS.items()}
 ATTENTION = {"none": "unfused", "selective": "unfused", "flash": "flash"}  # base -> method
 
 
@@ -87,11 +81,25 @@ def _spec(gpu: str) -> dict:
 
 
 def links(gpu) -> tuple[int, float, float]:
-    name = _spec(gpu)["name"]
-    if name not in LINKS:
-        raise ValueError(f"gpu: no interconnect figures for {name}; expected one of "
-                         f"{sorted(LINKS)}")
-    return LINKS[name]
+    """(GPUs a node, achieved bytes/s inside a node, across nodes per GPU) of `gpu`."""
+    f = fabric(gpu)
+    return f.node, f.intra, f.inter
+
+
+def fabric(gpu) -> fabrics.Fabric:
+    return fabrics.fabric(_spec(gpu)["name"])
+
+
+def efficiency(model, layout, gpu, achievable=None) -> float:
+    """The fraction of the peak the step's matmuls and attention reach: by the per-GPU GEMM
+    width (ckptlab.cluster.efficiency) when achievable is None, (e_max, x_half) on that curve,
+    or the fraction given."""
+    if achievable is None or isinstance(achievable, tuple):
+        return eff.fraction(model, layout, gpu, achievable)
+    if isinstance(achievable, bool) or not isinstance(achievable, (int, float)) \
+            or not 0 < achievable <= 1:
+        raise ValueError(f"achievable: expected a fraction in (0, 1], got {achievable!r}")
+    return float(achievable)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -184,30 +192,41 @@ def stage_parts(model, layout, gpu, rec, base, k, loss, stage, achievable,
 def _dp(model, layout, gpu, rec, stage, m, backward_s, forward_s,
         overlap: bool = True) -> tuple[float, float, float]:
     """(exposed seconds, all-gather seconds after the optimizer, bytes) of data parallelism;
-    overlap=False: nothing hides behind compute."""
+    overlap=False: nothing hides behind compute. Collectives over the d ranks t apart,
+    hierarchical (ckptlab.cluster.links)."""
     d, z = layout.dp, layout.zero
     if d == 1:
         return 0.0, 0.0, 0.0
     if not overlap:
         backward_s = forward_s = 0.0
-    node, intra, inter = links(gpu)
-    bw = inter if layout.tp * d > node else intra
+    f = fabric(gpu)
+
+    def coll(kind, nbytes):
+        return fabrics.collective_s(f, kind, nbytes, d, layout.tp)
+
     psi = model.stage_params(layout.tp, layout.pp, stage)
-    g, p = psi * rec.grad * _ring(d), psi * rec.param * _ring(d)  # one RS / one AG, bytes
+    G, P = psi * rec.grad, psi * rec.param  # the stage's gradients, parameters: bytes
+    g, p = G * _ring(d), P * _ring(d)  # what one reduce-scatter / all-gather sends a GPU
     if z <= 1:
-        reduce = (2 * g if z == 0 else g) / bw
-        return max(0.0, reduce - backward_s), (p / bw if z == 1 else 0.0), \
+        reduce = coll("all-reduce" if z == 0 else "reduce-scatter", G)
+        return max(0.0, reduce - backward_s), (coll("all-gather", P) if z == 1 else 0.0), \
             (2 * g if z == 0 else g + p)
     if z == 2:
-        return m * max(0.0, g / bw - backward_s), p / bw, m * g + p
-    gather_f = max(0.0, p / bw - forward_s)
-    gather_b = max(0.0, (p + g) / bw - backward_s)
-    return m * (gather_f + gather_b), 0.0, m * (2 * p + g)
+        return m * max(0.0, coll("reduce-scatter", G) - backward_s), coll("all-gather", P), \
+            m * g + p
+    n = model.layers // layout.pp
+    unit = model.layer_params(layout.tp)
+    root = max(0, psi - n * unit)
+    exposed = zero3.exposed_s(layout.zero3, n, unit, coll("all-gather", unit * rec.param),
+                              coll("reduce-scatter", unit * rec.grad),
+                              coll("all-gather", root * rec.param),
+                              coll("reduce-scatter", root * rec.grad), forward_s, backward_s)
+    return m * exposed, 0.0, m * (2 * p - root * rec.param * _ring(d) + g)
 
 
 def step_time(model: sm.GPTShape, layout: sm.Layout, gpu, recipe="bf16",
               recompute: str = "none", full_layers: int = 0, micro_batches: int = 1,
-              loss: str = "torch", achievable: float = ACHIEVABLE,
+              loss: str = "torch", achievable=None,
               overlap_dp: bool = True, dropout: bool = True) -> StepTime:
     """The modeled seconds of a step of m = micro_batches micro-batches (each
     layout.micro_batch sequences) on every pipeline; recompute as step_memory's (its per-layer
@@ -218,8 +237,7 @@ def step_time(model: sm.GPTShape, layout: sm.Layout, gpu, recipe="bf16",
     and the residual adds' masks)."""
     rec = sm.recipe_of(recipe)
     sm._check(model, layout, rec, recompute, "adam", loss, micro_batches)
-    if not (isinstance(achievable, (int, float)) and 0 < achievable <= 1):
-        raise ValueError(f"achievable: expected a fraction in (0, 1], got {achievable!r}")
+    achievable = efficiency(model, layout, gpu, achievable)
     n = model.layers // (layout.pp * layout.vp)
     k = sm._full_layers(full_layers, n, recompute)
     base = "none" if recompute == "full" else recompute

@@ -124,6 +124,24 @@ SPECS: dict[str, dict] = {
             "arch": _COMPUTE_CAPS,
         },
     },
+    "A100-SXM4-40GB": {  # the A100 80GB's chip with 40 GB of HBM2 (DGX A100 320GB)
+        "fp32_flops": 19.5e12,
+        "tensor16_flops": 312e12,
+        "hbm_bytes_per_s": 1555e9,
+        "l2_bytes": 40 * MIB,
+        "smem_per_sm_bytes": 164 * KIB,
+        "sms": 108,
+        "arch": "sm_80",
+        "sources": {
+            "fp32_flops": _A100_DATASHEET,
+            "tensor16_flops": _A100_DATASHEET,
+            "hbm_bytes_per_s": _A100_DATASHEET + " (40GB SXM: 1,555 GB/s)",
+            "l2_bytes": _AMPERE_WHITEPAPER + " (40 MB L2, the same die as the 80GB)",
+            "smem_per_sm_bytes": _AMPERE_TUNING,
+            "sms": _AMPERE_WHITEPAPER,
+            "arch": _COMPUTE_CAPS,
+        },
+    },
     "H100-SXM5-80GB": {
         "fp32_flops": 67e12,
         "tensor16_flops": 1979e12 / 2,
@@ -255,6 +273,8 @@ SPECS: dict[str, dict] = {
 
 ALIASES = {
     "a100": "A100-SXM4-80GB",
+    "a100-80gb": "A100-SXM4-80GB",
+    "a100-40gb": "A100-SXM4-40GB",
     "h100": "H100-SXM5-80GB",
     "h200": "H200-SXM-141GB",
     "l4": "L4",

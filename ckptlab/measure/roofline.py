@@ -141,5 +141,5 @@ def current_gpu() -> str | None:
     name = name.decode() if isinstance(name, bytes) else str(name)
     for key in ("H200", "H100", "A100", "L4", "4090", "3090", "T4", "A10"):
         if key in name.replace(" ", ""):
-            return spec(key.lower())["name"]
+            return spec("a100-40gb" if key == "A100" and "40GB" in name else key.lower())["name"]
     return None
