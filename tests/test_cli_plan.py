@@ -100,9 +100,9 @@ def test_heads_a_node_cannot_split():
 
 
 def test_a_batch_no_layout_divides_says_so(capsys):
-    """3 layers (p = 1 or 3; 3 does not divide 8), 12 heads (t <= 4): d is 8, 4 or 2, and the
-    batch of 3 divides none of them. Not a memory problem."""
-    assert run("plan", "--model", "gpt:3,768,12,1024,50257", "--gpus", "8", "--batch", "3",
+    """1 layer (p = 1), 12 heads (t <= 4): d is 8, 4 or 2, and the batch of 3 divides none of
+    them. Not a memory problem."""
+    assert run("plan", "--model", "gpt:1,768,12,1024,50257", "--gpus", "8", "--batch", "3",
                "--memory-gb", "80") == 1
     out = capsys.readouterr().out
     assert "the batch 3 divides no layout" in out and "more memory" not in out
