@@ -116,9 +116,9 @@ def test_hf_gpt2_config_file(tmp_path, capsys):
     cfg.write_text(json.dumps(dict(model_type="gpt2", n_layer=12, n_embd=768, n_head=12,
                                    n_positions=1024, vocab_size=50257)))
     assert plan.hf_config(cfg) == plan.MODELS["gpt2-small"]
-    (tmp_path / "llama.json").write_text(json.dumps(dict(model_type="llama")))
-    assert run("plan", "--hf-config", str(tmp_path / "llama.json"), "--memory-gb", "24") == 2
-    assert "only GPT-2" in capsys.readouterr().err
+    (tmp_path / "moe.json").write_text(json.dumps(dict(model_type="mixtral")))
+    assert run("plan", "--hf-config", str(tmp_path / "moe.json"), "--memory-gb", "24") == 2
+    assert "model_type 'mixtral': only GPT-2's layer" in capsys.readouterr().err
 
 
 GOOD = dict(model_type="gpt2", n_layer=12, n_embd=768, n_head=12, n_positions=1024,
