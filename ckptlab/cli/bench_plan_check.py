@@ -19,6 +19,8 @@ every held-out row; the planner never slower, by the model, than the published l
 one of the layouts the planner tries, so this holds by construction: the check is that it
 does), with all its options or only the run's own.
 --fit refits the constant on the calibration rows and prints it (what ACHIEVABLE must be).
+Then the Llama-family runs (ckptlab.cli.bench_plan_check_llama: torchtitan's Llama 3 8B, 70B
+and 405B), every one held out, in torchtitan's own FLOP count.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import argparse
 import math
 import sys
 
+from ckptlab.cli import bench_plan_check_llama
 from ckptlab.cli.report import UsageError, writable_file, write_csv
 from ckptlab.cluster import planner, published_runs, step_time
 from ckptlab.cluster import step_memory as sm
@@ -226,6 +229,8 @@ def main(argv=None) -> int:
         return 0
     table = rows()
     print(format_table(table, step_time.ACHIEVABLE))
+    print()
+    print(bench_plan_check_llama.format_table(bench_plan_check_llama.rows()))
     if a.csv is not None:
         try:
             write_csv(table, a.csv)
