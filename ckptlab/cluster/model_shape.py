@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ckptlab.cluster import pipeline
+from ckptlab.cluster import gpt_layer, pipeline
 
 
 def _positive(name, x) -> None:
@@ -125,10 +125,8 @@ class GPTShape(Shape):
     def layer_activations(self, b: int, recompute: str = "none", t: int = 1, sp: bool = False,
                           bytes_per_value: int = 2, dropout: bool = True,
                           ln_stats: bool = False) -> int:
-        """Korthikanti's bytes a layer keeps (ckptlab.cluster.step_memory.layer_activations)."""
-        from ckptlab.cluster.step_memory import layer_activations
-
-        return layer_activations(self.seq, b, self.hidden, self.heads, recompute, t, sp,
+        """Korthikanti's bytes a layer keeps (ckptlab.cluster.gpt_layer.layer_activations)."""
+        return gpt_layer.layer_activations(self.seq, b, self.hidden, self.heads, recompute, t, sp,
                                  bytes_per_value, dropout, ln_stats)
 
     def embed_saved(self, b: int) -> int:
@@ -138,9 +136,7 @@ class GPTShape(Shape):
     norm_stats = 8  # bytes a token of one LayerNorm's fp32 mean and rstd
 
     def elementwise_bytes(self, b: int, t: int, sp: bool, w: int, dropout: bool) -> int:
-        from ckptlab.cluster.step_time import elementwise_bytes
-
-        return elementwise_bytes(self.seq, b, self.hidden, t, sp, w, dropout)
+        return gpt_layer.elementwise_bytes(self.seq, b, self.hidden, t, sp, w, dropout)
 
     def describe(self) -> str:
         return (f"GPT L={self.layers} h={self.hidden} a={self.heads} s={self.seq} "

@@ -2,7 +2,7 @@
 (`python -m ckptlab bench plan-check`, its Llama section): every row held out, none used to fit
 anything. Each row with the document, version and table row it comes from.
 
-torchtitan (PyTorch's pretraining stack), docs/performance.md:
+torchtitan (PyTorch's pretraining stack), its performance page (docs/performance):
   - at commit 1ea476e9f (2024-04-24), "Llama 3 performance numbers", FSDP2 on 64 A100 80GB, local
     batch 1 (global 64), sequence 8,192 (train_configs/llama3_8b.toml, llama3_70b.toml):
     8B with selective op activation checkpointing, 2,973 tokens/s a GPU, 58.2% MFU; 70B with
@@ -37,10 +37,10 @@ from dataclasses import dataclass
 
 from ckptlab.cluster.llama_layer import LlamaShape
 
-TORCHTITAN_A100 = ("torchtitan docs/performance.md at commit 1ea476e9f (2024-04-24), 'Llama 3 "
-                   "performance numbers', FSDP2 on 64 A100 80GB")
-TORCHTITAN_405B = ("torchtitan docs/performance.md at commit 3faaa1a0d (2024-08-23), 'Llama 3.1 "
-                   "performance numbers', 128 H100 (94 GB), FSDP2 + TP 8")
+TORCHTITAN_A100 = ("torchtitan's performance page (docs/performance) at commit 1ea476e9f "
+                   "(2024-04-24), 'Llama 3 performance numbers', FSDP2 on 64 A100 80GB")
+TORCHTITAN_405B = ("torchtitan's performance page (docs/performance) at commit 3faaa1a0d "
+                   "(2024-08-23), 'Llama 3.1 performance numbers', 128 H100 (94 GB), FSDP2 + TP 8")
 PEAK = {"A100-SXM4-80GB": 312e12, "H100-SXM5-80GB": 989e12}  # torchtitan's get_peak_flops
 
 

@@ -55,6 +55,7 @@ import functools
 from dataclasses import dataclass, field
 
 from ckptlab.cluster import at_scale, pipeline
+from ckptlab.cluster.gpt_layer import layer_activations  # noqa: F401 (re-exported)
 from ckptlab.cluster.llama_layer import LlamaShape  # noqa: F401 (re-exported)
 from ckptlab.cluster.model_shape import GPTShape, Layout, Shape, _positive  # noqa: F401
 
@@ -135,24 +136,6 @@ def model_states(psi: int, recipe="bf16", dp: int = 1, zero: int = 0,
     shard = [dp if zero >= k else 1 for k in (3, 2, 1)]
     return dict(params=-(-psi * rec.param // shard[0]), grads=-(-psi * rec.grad // shard[1]),
                 optimizer=-(-psi * (rec.master + state) // shard[2]))
-
-
-def layer_activations(s: int, b: int, h: int, a: int, recompute: str = "none", t: int = 1,
-                      sp: bool = False, bytes_per_value: int = 2, dropout: bool = True,
-                      ln_stats: bool = False) -> int:
-    """Bytes one layer keeps for its backward on one GPU: Korthikanti's (at_scale), less the
-    dropout masks and outputs when there is no dropout, plus LayerNorm's statistics."""
-    held = at_scale.layer_activation_bytes(s, b, h, a, recompute, t, sp, bytes_per_value)
-    if recompute == "full":
-        return held
-    w, rep = bytes_per_value, (t if sp else 1)
-    if not dropout:
-        held -= 2 * s * b * h // rep  # two 1-byte masks after the attention and the MLP
-        if recompute == "none":
-            held -= (w + 1) * a * s * s * b // t  # the probabilities' mask and dropout output
-    if ln_stats:
-        held += 16 * s * b // rep
-    return held
 
 
 def loss_bytes(loss: str, s: int, b: int, V: int, t: int, w: int) -> tuple[int, int]:

@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 
 from ckptlab.cluster import offload, pipeline
 from ckptlab.cluster import step_memory as sm
+from ckptlab.cluster.gpt_layer import elementwise_bytes  # noqa: F401 (re-exported)
 from ckptlab.measure import roofline, timemodel, unfused_attention
 
 LINKS = {  # GPU -> (GPUs a node, bytes/s per direction within a node, across nodes per GPU)
@@ -127,19 +128,6 @@ class StepTime:
 
 def _ring(n: int) -> float:
     return (n - 1) / n
-
-
-def elementwise_bytes(s: int, b: int, h: int, t: int = 1, sp: bool = False, w: int = 2,
-                      dropout: bool = True) -> int:
-    """HBM bytes of one layer's forward outside its matmuls and attention core: the fused
-    kernels Megatron-LM runs between its GEMMs, each reading its inputs and writing its output
-    once (w bytes a value, masks 1 byte). Per s b h: LayerNorm 2 x (read, write) 4w; the two
-    bias-dropout-residual adds 2 x (read the output and the residual, write, the mask) 2 (3w + 1)
-    (both replicated over t, split with SP); the QKV bias (read, write 3h) 6w and the fused
-    bias-GeLU (read, write 4h) 8w, split over t. Without dropout the adds write no mask."""
-    sbh = s * b * h
-    replicated = (4 * w + 2 * (3 * w + (1 if dropout else 0))) * sbh
-    return (replicated // t if sp else replicated) + 14 * w * sbh // t
 
 
 def stage_parts(model, layout, gpu, rec, base, k, loss, stage, achievable,
