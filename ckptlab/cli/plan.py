@@ -220,7 +220,8 @@ def _compare(text: str, model, gpus, gpu, memory, batch, micro_batch, recipe, lo
             if lay.tp == t and lay.pp == p]
     if not rows:
         return label, (f"t = {t}, p = {p} is not a layout of {gpus} GPUs here (t a power of two "
-                       "within a node dividing the heads; p dividing the layers and GPUs / t)")
+                       "within a node dividing the heads; p dividing GPUs / t, with a layer a "
+                       "stage at least)")
     best = None
     for lay, o in rows:
         if isinstance(o, str):

@@ -23,6 +23,10 @@ multiplications keep only the cos and sin tables, the model's constants (8 s d b
 fp32, counted on every stage). The attention core as the GPT's: the probabilities (w a s^2 b)
 with standard attention, FlashAttention's fp32 logsumexp (4 a s b) instead, or nothing
 (selective). No dropout. Full recompute keeps the layer's input (s b h, / t with SP).
+
+Its time (ckptlab.cluster.step_time) takes the matmuls' FLOPs from the weights above, the
+element-wise kernels' bytes from elementwise_bytes, and the attention core as the GPT's over
+the a query heads: a grouped-query kernel reads K and V once per group, fewer bytes than that.
 """
 
 from __future__ import annotations

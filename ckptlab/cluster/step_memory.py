@@ -7,6 +7,11 @@ ZeRO / FSDP sharding, in the bytes of a precision recipe. Every number here is *
                     recompute="selective", loss="fused")
     m.peak, m.terms, m.stage                         # bytes on the fullest GPU, by term
 
+The layer is the model's: a GPTShape (Korthikanti's GPT layer) or a LlamaShape
+(ckptlab.cluster.llama_layer: grouped-query attention, SwiGLU, RMSNorm, no dropout) answers for
+its parameters and the bytes each layer keeps; the stages' layers come from
+ckptlab.cluster.pipeline.split_layers (uneven when p does not divide L).
+
 Terms and their sources (Psi: parameters one GPU holds before ZeRO: its pipeline stage's layers
 on one of t tensor-parallel ranks, the embeddings on the first stage, the final LayerNorm and
 the head on the last; with p > 1 and a tied head the last stage keeps its own copy of the word
