@@ -125,6 +125,8 @@ CASES = [
     Case("10", 2, lab10.revolve_one_snapshot, dict(l=10), S10.answer_2, 100),
     Case("11", 1, lab11.korthikanti_bytes, GPT3, S11.answer_1, 34 * 2048 * 12288),
     Case("11", 2, lab11.selective_saving, GPT3, S11.answer_2, 100 * S11.answer_2),
+    Case("11", 3, lab11.llama_layer_bytes,
+         dict(s=8192, b=1, h=4096, a=32, kv=8, ffn=14336), S11.answer_3, 34 * 8192 * 4096),
     Case("12", 3, lab12.tp_bytes_per_gpu, dict(**GPT3, t=8), S12.answer_3,
          2048 * 12288 * 114 // 8),
     Case("12", None, lab12.tp_bytes_per_gpu, dict(s=100, b=3, h=48, a=6, t=3),

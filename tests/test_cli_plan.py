@@ -100,9 +100,9 @@ def test_heads_a_node_cannot_split():
 
 
 def test_a_batch_no_layout_divides_says_so(capsys):
-    """3 layers (p = 1 or 3; 3 does not divide 8), 12 heads (t <= 4): d is 8, 4 or 2, and the
-    batch of 3 divides none of them. Not a memory problem."""
-    assert run("plan", "--model", "gpt:3,768,12,1024,50257", "--gpus", "8", "--batch", "3",
+    """1 layer (p = 1), 12 heads (t <= 4): d is 8, 4 or 2, and the batch of 3 divides none of
+    them. Not a memory problem."""
+    assert run("plan", "--model", "gpt:1,768,12,1024,50257", "--gpus", "8", "--batch", "3",
                "--memory-gb", "80") == 1
     out = capsys.readouterr().out
     assert "the batch 3 divides no layout" in out and "more memory" not in out
@@ -116,9 +116,9 @@ def test_hf_gpt2_config_file(tmp_path, capsys):
     cfg.write_text(json.dumps(dict(model_type="gpt2", n_layer=12, n_embd=768, n_head=12,
                                    n_positions=1024, vocab_size=50257)))
     assert plan.hf_config(cfg) == plan.MODELS["gpt2-small"]
-    (tmp_path / "llama.json").write_text(json.dumps(dict(model_type="llama")))
-    assert run("plan", "--hf-config", str(tmp_path / "llama.json"), "--memory-gb", "24") == 2
-    assert "only GPT-2" in capsys.readouterr().err
+    (tmp_path / "moe.json").write_text(json.dumps(dict(model_type="mixtral")))
+    assert run("plan", "--hf-config", str(tmp_path / "moe.json"), "--memory-gb", "24") == 2
+    assert "model_type 'mixtral': only GPT-2's layer" in capsys.readouterr().err
 
 
 GOOD = dict(model_type="gpt2", n_layer=12, n_embd=768, n_head=12, n_positions=1024,

@@ -230,11 +230,12 @@ def test_fewest_full_layers_is_the_smallest_k_that_fits(layout, base, seq, vocab
      "optimizer: expected one of"),
     (lambda: sm.step_memory(sm.GPTShape(2, 8, 2, 4, 16), sm.Layout(), loss="mse"),
      "loss: expected one of"),
-    (lambda: sm.step_memory(sm.GPTShape(3, 8, 2, 4, 16), sm.Layout(pp=2)), "p = 2 must divide"),
+    (lambda: sm.step_memory(sm.GPTShape(2, 8, 2, 4, 16), sm.Layout(pp=3)), "cannot fill 3"),
+    (lambda: sm.step_memory(sm.GPTShape(3, 8, 2, 4, 16), sm.Layout(pp=2, vp=2)), "p x v = 2"),
     (lambda: sm.step_memory(sm.GPTShape(2, 8, 2, 4, 16), sm.Layout(), stage=1), "stage:"),
     (lambda: sm.step_memory(sm.GPTShape(2, 8, 2, 4, 16), sm.Layout(), full_layers=3),
      "full_layers: expected an int in"),
-    (lambda: sm.step_memory((2, 8), sm.Layout()), "model: expected a GPTShape"),
+    (lambda: sm.step_memory((2, 8), sm.Layout()), "model: expected a GPTShape or LlamaShape"),
 ])
 def test_bad_input_is_one_clear_line(call, message):
     with pytest.raises((ValueError, TypeError), match=message):

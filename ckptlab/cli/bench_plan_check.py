@@ -23,6 +23,8 @@ the check is that it does), with all its options or only the run's own. The held
 are reported, never a target.
 --fit refits the curve on the calibration rows and prints E_MAX and X_HALF (what
 ckptlab.cluster.efficiency must hold).
+Then the Llama-family runs (ckptlab.cli.bench_plan_check_llama: torchtitan's Llama 3 8B, 70B
+and 405B), every one held out, in torchtitan's own FLOP count.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import argparse
 import math
 import sys
 
+from ckptlab.cli import bench_plan_check_llama
 from ckptlab.cli.report import UsageError, writable_file, write_csv
 from ckptlab.cluster import efficiency, fsdp_runs, planner, published_runs, step_time
 from ckptlab.cluster import step_memory as sm
@@ -297,6 +300,8 @@ def main(argv=None) -> int:
         return 0
     table = rows()
     print(format_table(table))
+    print()
+    print(bench_plan_check_llama.format_table(bench_plan_check_llama.rows()))
     if a.csv is not None:
         try:
             write_csv(table, a.csv)

@@ -3,7 +3,8 @@
     python -m ckptlab plan --model gpt3-175b --gpu a100 --gpus 1024 --memory-gb 80 --batch 1536
     python -m ckptlab plan --model gpt2-small --gpu 4090 --gpus 1 --memory-gb 24 --micro-batch 16
     python -m ckptlab plan --model gpt:24,1024,16,1024,50257 ...       (layers,hidden,heads,seq,V)
-    python -m ckptlab plan --hf-config config.json ...                 (a GPT-2 config.json)
+    python -m ckptlab plan --model llama3-8b --gpu h100 --gpus 8 --memory-gb 80 --batch 32
+    python -m ckptlab plan --hf-config config.json ...       (a GPT-2 or Llama config.json)
     python -m ckptlab plan --sequential pkg.mod:factory --input-shape 64,512 ...  (measured:
                                                       ckptlab.cli.plan_sequential)
 
@@ -38,6 +39,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from ckptlab.cli import hf_llama
 from ckptlab.cli.report import UsageError, positive_float, positive_int
 from ckptlab.cluster import efficiency, planner, step_time, zero3
 from ckptlab.cluster import step_memory as sm
@@ -50,6 +52,13 @@ MODELS = {
     # Radford et al. 2019 (HF "gpt2" config.json: n_layer 12, n_embd 768, n_head 12,
     # n_positions 1024, vocab_size 50257)
     "gpt2-small": sm.GPTShape(12, 768, 12, 1024, 50257),
+    # Meta's Llama 3 paper (Dubey et al. 2024, arXiv 2407.21783), Table 3: layers, model
+    # dimension, FFN dimension, attention heads, key/value heads; vocabulary 128,256 and the
+    # pre-training sequence 8,192 (section 3.4.1; Meta's config.json files; torchtitan's
+    # llama3 train configs, seq_len 8192); untied output projection
+    "llama3-8b": sm.LlamaShape(32, 4096, 32, 8, 14336, 8192, 128256),
+    "llama3-70b": sm.LlamaShape(80, 8192, 64, 8, 28672, 8192, 128256),
+    "llama3-405b": sm.LlamaShape(126, 16384, 128, 8, 53248, 8192, 128256),
 }
 LINKS = step_time.LINKS
 BASES = planner.BASES
@@ -119,9 +128,8 @@ def report(model, chosen, rows, gpus, gpu, memory, recipe, loss="torch",
            achievable=None, compare=None, everything=False,
            batch=None) -> str:
     name = roofline.spec(gpu)["name"]
-    lines = [f"plan: GPT L={model.layers} h={model.hidden} a={model.heads} s={model.seq} "
-             f"V={model.vocab} ({model.params() / 1e9:.2f}B parameters), {recipe}, on {gpus} "
-             f"x {name} with {memory / GIB:.3g} GiB each (every number modeled)",
+    lines = [f"plan: {model.describe()} ({model.params() / 1e9:.2f}B parameters), {recipe}, "
+             f"on {gpus} x {name} with {memory / GIB:.3g} GiB each (every number modeled)",
              f"  loss: {sm.LOSSES[loss]}",
              f"  {_compute_text(model, gpu, achievable)}; data-parallel traffic overlapped as "
              "ckptlab.cluster.step_time says", f"  links: {_links_text(gpu)}"]
@@ -194,9 +202,10 @@ def _int(cfg: dict, key: str, path) -> int:
     return x
 
 
-def hf_config(path) -> sm.GPTShape:
-    """A GPT-2 config.json (Hugging Face's keys) as a GPTShape; nothing is downloaded. Every
-    value is checked before anything is planned."""
+def hf_config(path):
+    """A GPT-2 config.json (Hugging Face's keys) as a GPTShape, a Llama one as a LlamaShape
+    (ckptlab.cli.hf_llama); nothing is downloaded. Every value is checked before anything is
+    planned."""
     try:
         cfg = json.loads(Path(path).read_text())
     except (OSError, ValueError, UnicodeDecodeError) as e:
@@ -204,10 +213,9 @@ def hf_config(path) -> sm.GPTShape:
     if not isinstance(cfg, dict):
         raise UsageError(f"--hf-config {path}: expected a JSON object of settings, got a "
                          f"{type(cfg).__name__}")
-    if cfg.get("model_type") not in (None, "gpt2"):
-        raise UsageError(f"--hf-config: model_type {cfg.get('model_type')!r}: only GPT-2's "
-                         "layer (4h GeLU MLP, LayerNorm) is modeled; a Llama's SwiGLU MLP and "
-                         "RMSNorm are not Korthikanti's layer")
+    hf_llama.refuse_unknown(cfg)
+    if cfg.get("model_type") == "llama":
+        return hf_llama.llama_config(cfg, path)
     L, h, a = (_int(cfg, k, path) for k in ("n_layer", "n_embd", "n_head"))
     s, V = _int(cfg, "n_positions", path), _int(cfg, "vocab_size", path)
     tied = cfg.get("tie_word_embeddings", True)
@@ -247,7 +255,8 @@ def _compare(text: str, model, gpus, gpu, memory, batch, micro_batch, recipe, lo
             if lay.tp == t and lay.pp == p]
     if not rows:
         return label, (f"t = {t}, p = {p} is not a layout of {gpus} GPUs here (t a power of two "
-                       "within a node dividing the heads; p dividing the layers and GPUs / t)")
+                       "within a node dividing the heads; p dividing GPUs / t, with a layer a "
+                       "stage at least)")
     best = None
     for lay, o in rows:
         if isinstance(o, str):
@@ -265,7 +274,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ckptlab plan", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="gpt2-small")
-    p.add_argument("--hf-config", help="a GPT-2 config.json instead of --model")
+    p.add_argument("--hf-config", help="a GPT-2 or Llama config.json instead of --model")
     p.add_argument("--gpu", default="a100", help="a GPU of ckptlab.measure.roofline's table")
     p.add_argument("--gpus", type=positive_int, default=1)
     p.add_argument("--memory-gb", type=positive_float, required=True, help="GiB per GPU")

@@ -1,7 +1,7 @@
 """Published PyTorch FSDP (ZeRO-3) training runs of GPT models on A100s, held against the step
 model by `python -m ckptlab bench plan-check` (ckptlab.cluster.published_runs makes them Runs).
 
-MosaicML llm-foundry, scripts/train/benchmarking/README.md ("MPT Training Benchmarks"), the
+MosaicML llm-foundry, scripts/train/benchmarking (its README) ("MPT Training Benchmarks"), the
 tables "A100 80GB with 1600 Gbps node-node interconnect (RoCE)" and "A100 40GB with 1600 Gbps
 node-node interconnect (RoCE)": MPT models trained with Composer's PyTorch FSDP, sharding
 strategy FULL_SHARD, no tensor or pipeline parallelism, FlashAttention (attn_impl triton), bf16,
@@ -18,7 +18,7 @@ count the step model reports in, so the error is the throughput's.
 
 from __future__ import annotations
 
-FOUNDRY = ("MosaicML llm-foundry, scripts/train/benchmarking/README.md, 'MPT Training "
+FOUNDRY = ("MosaicML llm-foundry, scripts/train/benchmarking (its README), 'MPT Training "
            "Benchmarks'")
 VOCAB, SEQ = 50368, 2048
 MPT = {  # name -> (heads, hidden, layers): scripts/train/yamls/pretrain/mpt-<name>.yaml

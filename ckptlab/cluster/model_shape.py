@@ -1,14 +1,21 @@
-"""What a training run's memory and time are modeled for: the shape of a GPT (GPTShape) and the
-layout of its GPUs (Layout), each checked when made, so that a bad size fails where it is
-written. ckptlab.cluster.step_memory re-exports both.
+"""What a training run's memory and time are modeled for: the shape of a GPT (GPTShape) or a
+Llama (ckptlab.cluster.llama_layer.LlamaShape) and the layout of its GPUs (Layout), each checked
+when made, so that a bad size fails where it is written. ckptlab.cluster.step_memory re-exports
+them.
 
     GPTShape(layers=96, hidden=12288, heads=96, seq=2048, vocab=51200)
     Layout(dp=16, tp=8, sp=True, zero=1, micro_batch=1, pp=8, vp=3)
+
+A shape answers everything the step models ask of its layer (Shape: parameters per layer and
+per pipeline stage, FLOPs, activation bytes, element-wise bytes), so step_memory, step_time and
+the planner read no layer's formula themselves.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from ckptlab.cluster import gpt_layer, pipeline
 
 
 def _positive(name, x) -> None:
@@ -16,8 +23,60 @@ def _positive(name, x) -> None:
         raise ValueError(f"{name}: expected a positive int, got {x!r}")
 
 
+class Shape:
+    """What a transformer shape shares: parameters by pipeline stage and FLOPs from its layer's
+    (layer_params, layer_matmul_flops), the attention core's FLOPs (4 b s^2 h forward: Q K^T
+    and P V over every query head) and what each recompute redoes (at_scale's accounting)."""
+
+    dropout_layers = True  # whether the layer has dropout (its masks saved, launched)
+
+    def params(self, t: int = 1) -> int:
+        """All parameters on one tensor-parallel rank (stage_params with one stage)."""
+        return self.stage_params(t, 1, 0)
+
+    def stage_layers(self, p: int, stage: int) -> int:
+        """Layers on pipeline stage `stage` of p (ckptlab.cluster.pipeline.split_layers)."""
+        return pipeline.split_layers(self.layers, p)[stage] if p > 1 else self.layers
+
+    def attention_flops(self, b: int) -> int:
+        return 4 * b * self.seq * self.seq * self.hidden
+
+    def layer_forward_flops(self, b: int) -> int:
+        """Matmul FLOPs of one layer's forward, the attention core's included."""
+        return self.layer_matmul_flops(b) + self.attention_flops(b)
+
+    def head_flops(self, b: int) -> int:
+        """The head's forward: 2 b s h V."""
+        return 2 * b * self.seq * self.hidden * self.vocab
+
+    def step_flops(self, batch: int) -> int:
+        """Model FLOPs of a training step of `batch` sequences (forward + backward, no
+        recompute): 3 L (a layer's forward) + 3 (the head's)."""
+        return self.layers * 3 * self.layer_forward_flops(batch) + 3 * self.head_flops(batch)
+
+    def recompute_flops(self, b: int, base: str) -> int:
+        """FLOPs one layer's backward spends redoing forward work (at_scale's: selective the
+        core, flash S = Q K^T, full the whole forward)."""
+        core = self.attention_flops(b)
+        return {"none": 0, "selective": core, "flash": core // 2,
+                "full": self.layer_forward_flops(b)}[base]
+
+    def rope_saved(self) -> int:
+        """Bytes of constant tables every layer saves, once a stage (0: learned positions)."""
+        return 0
+
+    def tp_problem(self, t: int) -> str | None:
+        """Why t tensor-parallel ranks cannot split this model, or None."""
+        if self.hidden % t or self.vocab % t:
+            return f"tp = {t} must divide the hidden size {self.hidden} and the vocabulary " \
+                   f"{self.vocab}"
+        if self.heads % t:
+            return f"tp = {t} must divide the {self.heads} heads"
+        return None
+
+
 @dataclass(frozen=True)
-class GPTShape:
+class GPTShape(Shape):
     """A GPT-2 style transformer: L layers of hidden h, a heads, 4h MLP, learned positions."""
 
     layers: int
@@ -42,22 +101,46 @@ class GPTShape:
         h = self.hidden
         return (12 * h * h + 7 * h) // t + 6 * h
 
-    def params(self, t: int = 1) -> int:
-        """All parameters on one tensor-parallel rank: layers, vocab-parallel token embedding,
-        positions and the final LayerNorm (replicated), an untied head split by vocabulary."""
-        return self.stage_params(t, 1, 0)
-
     def stage_params(self, t: int, p: int, stage: int) -> int:
-        """Parameters on one GPU of pipeline stage `stage` of p: its L / p layers; the token
-        and position embeddings on stage 0; the final LayerNorm and the head on stage p - 1 (a
-        tied head is the embedding itself when p = 1, a copy on the last stage when p > 1)."""
+        """Parameters on one GPU of pipeline stage `stage` of p: its layers (L / p when p
+        divides L); the token and position embeddings on stage 0; the final LayerNorm and the
+        head on stage p - 1 (a tied head is the embedding itself when p = 1, a copy on the last
+        stage when p > 1). All parameters on one rank: params(t)."""
         h, V = self.hidden, self.vocab
-        psi = self.layers // p * self.layer_params(t)
+        psi = self.stage_layers(p, stage) * self.layer_params(t)
         if stage == 0:
             psi += V * h // t + self.seq * h
         if stage == p - 1:
             psi += 2 * h + (V * h // t if not self.tied or p > 1 else 0)
         return psi
+
+    @property
+    def kv_heads(self) -> int:
+        return self.heads
+
+    def layer_matmul_flops(self, b: int) -> int:
+        """QKV, projection and the 4h MLP forward: 24 b s h^2."""
+        return 24 * b * self.seq * self.hidden * self.hidden
+
+    def layer_activations(self, b: int, recompute: str = "none", t: int = 1, sp: bool = False,
+                          bytes_per_value: int = 2, dropout: bool = True,
+                          ln_stats: bool = False) -> int:
+        """Korthikanti's bytes a layer keeps (ckptlab.cluster.gpt_layer.layer_activations)."""
+        return gpt_layer.layer_activations(self.seq, b, self.hidden, self.heads, recompute, t, sp,
+                                 bytes_per_value, dropout, ln_stats)
+
+    def embed_saved(self, b: int) -> int:
+        """What the embeddings save: the int64 token ids and position ids."""
+        return 8 * self.seq * b + 8 * self.seq
+
+    norm_stats = 8  # bytes a token of one LayerNorm's fp32 mean and rstd
+
+    def elementwise_bytes(self, b: int, t: int, sp: bool, w: int, dropout: bool) -> int:
+        return gpt_layer.elementwise_bytes(self.seq, b, self.hidden, t, sp, w, dropout)
+
+    def describe(self) -> str:
+        return (f"GPT L={self.layers} h={self.hidden} a={self.heads} s={self.seq} "
+                f"V={self.vocab}")
 
 
 @dataclass(frozen=True)

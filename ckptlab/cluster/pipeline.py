@@ -7,8 +7,20 @@ L / (p v) layers (v = 1: one chunk a stage). Megatron-LM's placement (Narayanan 
 section 2.2): chunk c of stage i holds layers [(c p + i) n, (c p + i + 1) n), n = L / (p v); the
 token and position embeddings sit on stage 0, the final LayerNorm and the head (logits, loss)
 on stage p - 1. Megatron refuses a split that does not divide (its assertion "num_layers should
-be divisible by pipeline-model-parallel-size", and by p v with virtual stages); so does this
-module, with the reason.
+be divisible by pipeline-model-parallel-size", and by p v with virtual stages); so does
+layers_per_chunk, with the reason.
+
+Uneven stages (split_layers, v = 1): when p does not divide L, torchtitan's split
+(torchtitan/distributed/pipeline_parallel.py, generate_llm_fqn_per_model_part, input_weight =
+output_weight = 1): the embedding and the head each weigh one layer, the L + 2 units are
+spread as evenly as can be (the first (L + 2) mod p stages one more), and the first and last
+stages hold one layer fewer than their units. 126 layers over 16 stages: 7, 8 x 14, 7, Meta's
+Llama 3 405B split ("we reduce one Transformer layer each from the first and the last stages",
+Llama 3 paper, section 3.3.2); 70 over 12: 5, 6 x 10, 5. Megatron-LM's
+--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers (first, last): the
+first and last stages hold what is asked, the stages between an equal share of the rest.
+One function for both halves of ckptlab: the planner's stages and the torch pipeline's
+(ckptlab.torch.pipeline.split_layers) come from split_layers here.
 
 Schedules (m micro-batches a step, a micro-batch's forward + backward on one chunk t_f + t_b):
   1f1b          PipeDream-Flush (Narayanan et al. 2021, section 2.2.1): stage i runs
@@ -54,6 +66,72 @@ def layers_per_chunk(layers: int, p: int, v: int = 1) -> int:
         raise ValueError(f"{what} must divide the {layers} layers (Megatron-LM splits them "
                          "evenly; choose a p that divides L)")
     return layers // (p * v)
+
+
+def split_layers(layers: int, p: int, first: int | None = None,
+                 last: int | None = None) -> list[int]:
+    """Layers per stage (module docstring): evenly when p divides L and no first / last is
+    given, else torchtitan's split with the embedding and head weighing a layer each, or
+    Megatron's first / last stage sizes. ValueError unless every stage gets a layer."""
+    _count("layers", layers)
+    _count("p", p)
+    if first is not None or last is not None:
+        return _megatron_split(layers, p, first, last)
+    if layers % p == 0:
+        return [layers // p] * p
+    units, extra = divmod(layers + 2, p)
+    counts = [units + (i < extra) for i in range(p)]
+    counts[0] -= 1
+    counts[-1] -= 1
+    if p > layers or min(counts) < 1:
+        raise ValueError(f"{layers} layers cannot fill {p} stages (one block each at least, "
+                         "the embedding and the head weighing a layer each)")
+    return counts
+
+
+def _megatron_split(layers: int, p: int, first, last) -> list[int]:
+    """Megatron-LM's --decoder-first/last-pipeline-num-layers: the middle stages share the
+    rest evenly (its assertion: they must)."""
+    for name, x in (("first", first), ("last", last)):
+        if x is not None:
+            _count(f"{name} stage's layers", x)
+    if p < 2:
+        raise ValueError("first / last stage sizes need a pipeline (p >= 2)")
+    ends = [x for x in (first, last) if x is not None]
+    middle = p - len(ends)
+    rest = layers - sum(ends)
+    if middle == 0:
+        if rest:
+            raise ValueError(f"first + last = {sum(ends)} must be the {layers} layers at p = 2")
+        return [first, last]
+    if rest < middle or rest % middle:
+        raise ValueError(f"the {rest} layers left after the first / last stages must split "
+                         f"evenly over the other {middle} stages (Megatron-LM's requirement)")
+    per = rest // middle
+    return [first if first is not None else per] + [per] * (p - 2) + \
+        [last if last is not None else per]
+
+
+def stage_chunk_layers(layers: int, p: int, v: int, stage: int) -> int:
+    """Layers of one chunk of stage `stage`: L / (p v) with virtual stages (they must divide),
+    split_layers' share of the stage with one chunk."""
+    if v > 1:
+        return layers_per_chunk(layers, p, v)
+    return split_layers(layers, p)[stage]
+
+
+def distinct_stages(layers: int, p: int, v: int = 1) -> list[int]:
+    """The stages whose memory or time can be the most: the first and last (embeddings, head)
+    and, of the stages between, the first with each layer count above the first stage's (one
+    with no more layers than the first holds fewer micro-batches and no embedding, and runs no
+    longer; of two with one count the earlier holds more)."""
+    counts = [layers // (p * v)] * p if v > 1 else split_layers(layers, p)
+    out, seen = {0, p - 1}, set()
+    for i in range(1, p - 1):
+        if counts[i] > counts[0] and counts[i] not in seen:
+            seen.add(counts[i])
+            out.add(i)
+    return sorted(out)
 
 
 def chunk_layers(stage: int, chunk: int, layers: int, p: int, v: int = 1) -> range:

@@ -8,8 +8,13 @@ The layouts (Megatron-LM's ranks: tensor fastest, then data, then pipeline):
   t   tensor parallel, a power of two within one node that divides the heads and the hidden size
       (the vocabulary is padded to a multiple of 128 t, as Megatron's
       --make-vocab-size-divisible-by does), with sequence parallelism or without;
-  p   pipeline stages, a divisor of the layers and of GPUs / t; v virtual stages per GPU
-      (interleaved 1F1B) up to MAX_VIRTUAL, when v divides L / p and p divides the micro-batches;
+  p   pipeline stages, a divisor of GPUs / t, at most L: the layers split evenly when p
+      divides them, else unevenly as torchtitan splits them (ckptlab.cluster.pipeline.
+      split_layers: the first and last stages lighter by the embedding and the head). The
+      grid stays small because p must divide GPUs / t (a power of two has log2 of them), an
+      uneven p runs one chunk a stage (interleaving needs p v to divide L), and the search's
+      lower bound skips what cannot win; v virtual stages per GPU (interleaved 1F1B) up to
+      MAX_VIRTUAL, when p v divides L and p divides the micro-batches;
   d   data parallel, GPUs / (t p), with ZeRO stage 0-3 (3 = FSDP full shard) when p = 1, stage
       0-1 with a pipeline (DeepSpeed's pipeline engine refuses ZeRO-2 and -3: its assertion
       "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism");
@@ -27,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ckptlab.cluster import at_scale, pipeline, step_time
+from ckptlab.cluster import pipeline, step_time
 from ckptlab.cluster import step_memory as sm
 from ckptlab.cluster import zero3 as zero3_impl
 from ckptlab.measure import roofline
@@ -92,14 +97,13 @@ class Option:
 
     def recompute_short(self, layers: int) -> str:
         """keep, flash or selective, "+k full" for whole layers; "full" for every layer."""
-        if self.full == layers // (self.layout.pp * self.layout.vp):
+        if self.full == chunk_layers(layers, self.layout):
             return "full"
         return {"none": "keep", "flash": "flash", "selective": "selective"}[self.base] + \
             (f" +{self.full} full" if self.full else "")
 
     def recompute_text(self, layers: int) -> str:
-        chunk = layers // (self.layout.pp * self.layout.vp)
-        if self.full == chunk:
+        if self.full == chunk_layers(layers, self.layout):
             return "full (every layer)"
         text = {"none": "nothing", "flash": "S = Q K^T (FlashAttention)",
                 "selective": "attention core (selective)"}[self.base]
@@ -123,17 +127,16 @@ def evaluate(model, layout, m, gpu, memory, recipe="bf16", loss="torch", base="n
         if full is None:
             return None
         if full and not partial_full:
-            full = model.layers // (layout.pp * layout.vp)
+            full = chunk_layers(model.layers, layout)
     mem = sm.step_memory(shaped, layout, recompute=base, full_layers=full, **kw)
     if mem.peak > memory:
         return None
     st = step_time.step_time(shaped, layout, gpu, recipe, base, full, m, loss, achievable,
                              overlap_dp, dropout=dropout)
-    s, b, h, a = model.seq, layout.micro_batch, model.hidden, model.heads
-    per_layer = at_scale.layer_recompute_flops(s, b, h, a, base)
-    n = model.layers // layout.pp  # layers on a stage
-    whole = full * layout.vp
-    rec = whole * at_scale.layer_forward_flops(s, b, h) + (n - whole) * per_layer
+    b = layout.micro_batch
+    n = model.stage_layers(layout.pp, mem.stage)  # layers on the fullest stage
+    whole = min(full * layout.vp, n)
+    rec = whole * model.layer_forward_flops(b) + (n - whole) * model.recompute_flops(b, base)
     return Option(layout, base, full, m, mem, st, m * rec / layout.tp)
 
 
@@ -143,9 +146,10 @@ def layouts(model, gpus: int, gpu: str, batch: int | None, micro_batch: int | No
     node = step_time.links(gpu)[0]
     t = 1
     while t <= min(node, gpus):
-        ok = gpus % t == 0 and model.heads % t == 0 and model.hidden % t == 0
-        for p in (q for q in range(1, model.layers + 1) if ok and model.layers % q == 0
-                  and (gpus // t) % q == 0):
+        ok = gpus % t == 0 and model.heads % t == 0 and model.hidden % t == 0 \
+            and model.kv_heads % t == 0
+        for p in (q for q in range(1, model.layers + 1) if ok and (gpus // t) % q == 0
+                  and _splits(model.layers, q)):
             d = gpus // (t * p)
             for sp in ((False, True) if t > 1 else (False,)):
                 for zero in (range(4) if d > 1 and p == 1 else range(2) if d > 1 else (0,)):
@@ -172,7 +176,7 @@ def _micro(model, base, batch, micro_batch):
             continue
         m = per // b
         for v in range(1, MAX_VIRTUAL + 1 if p > 1 else 2):
-            if v > 1 and ((model.layers // p) % v or m % p):
+            if v > 1 and (model.layers % (p * v) or m % p):
                 continue
             found = True
             yield replace(base, micro_batch=b, vp=v), m
@@ -200,13 +204,14 @@ def lower_bound(model, layout, m, gpu, recipe="bf16",
     """Seconds a step takes at least: the slowest stage's matmuls, over the pipeline's
     m + (p - 1) / v micro-batch times (step_time without attention, communication, recompute,
     element-wise kernels or the optimizer)."""
-    s, b, h, t = model.seq, layout.micro_batch, model.hidden, layout.tp
+    b, t = layout.micro_batch, layout.tp
     dtype = "fp32" if sm.recipe_of(recipe).name == "fp32" else "bf16"
     fraction = step_time.efficiency(model, layout, gpu, achievable)
     peak = fraction * roofline.peak_flops(step_time._spec(gpu), dtype)
-    layers = 3 * model.layers // layout.pp * 24 * b * s * h * h / t
-    head = 6 * b * s * h * padded(model, t).vocab / t
-    mb = (layers + head) / peak
+    counts = pipeline.split_layers(model.layers, layout.pp)
+    layer = 3 * model.layer_matmul_flops(b) / t
+    head = 3 * padded(model, t).head_flops(b) / t
+    mb = max(max(counts) * layer, counts[-1] * layer + head) / peak
     return pipeline.step_units(layout.pp, m, layout.vp) * mb
 
 
@@ -331,5 +336,21 @@ def why_faster(a: Option, b: Option) -> str:
 def check_pipeline(model, layout, m) -> None:
     """The pipeline's constraints, one line each (pipeline.layers_per_chunk and
     check_micro_batches)."""
-    pipeline.layers_per_chunk(model.layers, layout.pp, layout.vp)
+    chunk_layers(model.layers, layout)
     pipeline.check_micro_batches(m, layout.pp, layout.vp)
+
+
+def _splits(layers: int, p: int) -> bool:
+    """Whether p stages can hold the layers (pipeline.split_layers)."""
+    try:
+        pipeline.split_layers(layers, p)
+    except ValueError:
+        return False
+    return True
+
+
+def chunk_layers(layers: int, layout: sm.Layout) -> int:
+    """The most layers a chunk holds: L / (p v) with virtual stages, else the largest stage's."""
+    if layout.vp > 1:
+        return pipeline.layers_per_chunk(layers, layout.pp, layout.vp)
+    return max(pipeline.split_layers(layers, layout.pp))

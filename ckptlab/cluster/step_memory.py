@@ -7,6 +7,11 @@ ZeRO / FSDP sharding, in the bytes of a precision recipe. Every number here is *
                     recompute="selective", loss="fused")
     m.peak, m.terms, m.stage                         # bytes on the fullest GPU, by term
 
+The layer is the model's: a GPTShape (Korthikanti's GPT layer) or a LlamaShape
+(ckptlab.cluster.llama_layer: grouped-query attention, SwiGLU, RMSNorm, no dropout) answers for
+its parameters and the bytes each layer keeps; the stages' layers come from
+ckptlab.cluster.pipeline.split_layers (uneven when p does not divide L).
+
 Terms and their sources (Psi: parameters one GPU holds before ZeRO: its pipeline stage's layers
 on one of t tensor-parallel ranks, the embeddings on the first stage, the final LayerNorm and
 the head on the last; with p > 1 and a tied head the last stage keeps its own copy of the word
@@ -57,7 +62,9 @@ import functools
 from dataclasses import dataclass, field
 
 from ckptlab.cluster import at_scale, pipeline, zero3
-from ckptlab.cluster.model_shape import GPTShape, Layout, _positive  # noqa: F401 (re-exported)
+from ckptlab.cluster.gpt_layer import layer_activations  # noqa: F401 (re-exported)
+from ckptlab.cluster.llama_layer import LlamaShape  # noqa: F401 (re-exported)
+from ckptlab.cluster.model_shape import GPTShape, Layout, Shape, _positive  # noqa: F401
 
 RECOMPUTE = at_scale.RECOMPUTE
 
@@ -138,24 +145,6 @@ def model_states(psi: int, recipe="bf16", dp: int = 1, zero: int = 0,
                 optimizer=-(-psi * (rec.master + state) // shard[2]))
 
 
-def layer_activations(s: int, b: int, h: int, a: int, recompute: str = "none", t: int = 1,
-                      sp: bool = False, bytes_per_value: int = 2, dropout: bool = True,
-                      ln_stats: bool = False) -> int:
-    """Bytes one layer keeps for its backward on one GPU: Korthikanti's (at_scale), less the
-    dropout masks and outputs when there is no dropout, plus LayerNorm's statistics."""
-    held = at_scale.layer_activation_bytes(s, b, h, a, recompute, t, sp, bytes_per_value)
-    if recompute == "full":
-        return held
-    w, rep = bytes_per_value, (t if sp else 1)
-    if not dropout:
-        held -= 2 * s * b * h // rep  # two 1-byte masks after the attention and the MLP
-        if recompute == "none":
-            held -= (w + 1) * a * s * s * b // t  # the probabilities' mask and dropout output
-    if ln_stats:
-        held += 16 * s * b // rep
-    return held
-
-
 def loss_bytes(loss: str, s: int, b: int, V: int, t: int, w: int) -> tuple[int, int]:
     """(saved, transient) bytes of the loss over s b logits of V classes on one of t ranks,
     w the activations' bytes (LOSSES)."""
@@ -182,6 +171,7 @@ class _Parts:
     backward: int  # what a kept layer's backward holds beyond its saved bytes (see _parts)
 
     def activations(self, k: int) -> int:
+        k = min(k, self.n)  # uneven stages: a stage with fewer layers recomputes all it has
         last = [self.head]
         if k < self.n:
             last.append(self.backward)
@@ -195,7 +185,7 @@ class _Parts:
 
 
 @functools.lru_cache(maxsize=1 << 16)  # the planner asks for the same stage many times
-def _parts(model: GPTShape, layout: Layout, rec: Recipe, recompute: str, optimizer: str,
+def _parts(model: Shape, layout: Layout, rec: Recipe, recompute: str, optimizer: str,
            dropout: bool, ln_stats: bool, loss: str, micro_batches: int, stage: int) -> _Parts:
     s, b, h, a, V = model.seq, layout.micro_batch, model.hidden, model.heads, model.vocab
     t, p, v = layout.tp, layout.pp, layout.vp
@@ -203,14 +193,14 @@ def _parts(model: GPTShape, layout: Layout, rec: Recipe, recompute: str, optimiz
               ln_stats=ln_stats)
     rep = t if layout.sp else 1
     flight = pipeline.in_flight(stage, p, micro_batches, v)
-    fixed = 0
-    if stage == 0:  # int64 token and position ids, the embedding dropout's mask
-        fixed = flight[0] * (8 * s * b + 8 * s + (s * b * h // rep if dropout else 0))
+    fixed = model.rope_saved()  # constant tables the layers save (RoPE's), once
+    if stage == 0:  # int64 token (and position) ids, the embedding dropout's mask
+        fixed += flight[0] * (model.embed_saved(b) + (s * b * h // rep if dropout else 0))
     head, transients = 0, {}
     if stage == p - 1:
         saved, transient = loss_bytes(loss, s, b, V, t, rec.activation)
-        head = 2 * rec.activation * s * b * h // rep + (8 * s * b // rep if ln_stats else 0) \
-            + saved
+        head = 2 * rec.activation * s * b * h // rep \
+            + (model.norm_stats * s * b // rep if ln_stats else 0) + saved
         transients["loss backward"] = transient
         # the last chunk's micro-batches in flight each keep their head: one with 1F1B (the loss
         # backward follows its forward at once), all of them when the interleaved schedule runs
@@ -220,23 +210,24 @@ def _parts(model: GPTShape, layout: Layout, rec: Recipe, recompute: str, optimiz
         transients["fsdp units" if layout.zero3 == "fsdp" else "zero-3 buckets"] = \
             zero3.transient_bytes(layout.zero3, model.layer_params(t),
                                   model.stage_params(t, p, stage), rec.param, rec.grad)
-    one = layer_activations(s, b, h, a, recompute, **kw)
-    whole = layer_activations(s, b, h, a, "none", **kw)
+    one = model.layer_activations(b, recompute, **kw)
+    whole = model.layer_activations(b, "none", **kw)
     # a kept layer's backward: selective holds the attention core it recomputes (whole - one);
     # FlashAttention recomputes it tile by tile on chip and holds only its fp32 dQ accumulator
     # and D = rowsum(dO * O) (the lab's kernels and FlashAttention 2's dq_accum, softmax_d)
     backward = 4 * s * b * h // t + 4 * a * s * b // t if recompute == "flash" else whole - one
     return _Parts(model_states(model.stage_params(t, p, stage), rec, layout.dp, layout.zero,
-                               optimizer), sum(flight), model.layers // (p * v), fixed,
-                  one, whole, layer_activations(s, b, h, a, "full", t=t, sp=layout.sp,
-                                                bytes_per_value=rec.activation),
+                               optimizer), sum(flight),
+                  pipeline.stage_chunk_layers(model.layers, p, v, stage), fixed, one, whole,
+                  model.layer_activations(b, "full", t=t, sp=layout.sp,
+                                          bytes_per_value=rec.activation),
                   head, transients, backward)
 
 
 def _check(model, layout, recipe, recompute, optimizer, loss, micro_batches):
     rec = recipe_of(recipe)
-    if not isinstance(model, GPTShape):
-        raise TypeError(f"model: expected a GPTShape, got {type(model).__name__}")
+    if not isinstance(model, Shape):
+        raise TypeError(f"model: expected a GPTShape or LlamaShape, got {type(model).__name__}")
     if not isinstance(layout, Layout):
         raise TypeError(f"layout: expected a Layout, got {type(layout).__name__}")
     if recompute not in RECOMPUTE:
@@ -246,12 +237,13 @@ def _check(model, layout, recipe, recompute, optimizer, loss, micro_batches):
                          f"{optimizer!r}")
     if loss not in LOSSES:
         raise ValueError(f"loss: expected one of {sorted(LOSSES)}, got {loss!r}")
-    t, h, V, a = layout.tp, model.hidden, model.vocab, model.heads
-    if h % t or V % t:
-        raise ValueError(f"tp = {t} must divide the hidden size {h} and the vocabulary {V}")
-    if a % t:
-        raise ValueError(f"tp = {t} must divide the {a} heads")
-    pipeline.layers_per_chunk(model.layers, layout.pp, layout.vp)
+    problem = model.tp_problem(layout.tp)
+    if problem:
+        raise ValueError(problem)
+    if layout.vp > 1:
+        pipeline.layers_per_chunk(model.layers, layout.pp, layout.vp)
+    else:
+        pipeline.split_layers(model.layers, layout.pp)
     m = micro_batches if micro_batches is not None else 2 * layout.pp
     pipeline.check_micro_batches(m, layout.pp, layout.vp)
     return rec, m
@@ -263,24 +255,27 @@ def _full_layers(k, n: int, recompute: str) -> int:
     return n if recompute == "full" else k
 
 
-def step_memory(model: GPTShape, layout: Layout, recipe="bf16", recompute: str = "none",
+def step_memory(model: Shape, layout: Layout, recipe="bf16", recompute: str = "none",
                 optimizer: str = "adam", dropout: bool = True, ln_stats: bool = False,
                 full_layers: int = 0, loss: str = "torch", micro_batches: int | None = None,
                 stage: int | None = None) -> StepMemory:
     """Per-GPU bytes of a training step, term by term (see the module's docstring), on
     pipeline stage `stage`, or (None) on the fullest one: the first (the most micro-batches in
-    flight, the embeddings) or the last (the head and the loss); the stages between hold less
-    than the first. full_layers: the first k layers of each chunk recompute fully (Megatron's
-    block method), the others as `recompute` says. micro_batches: a step's m (default 2 p:
+    flight, the embeddings), the last (the head and the loss), or with uneven stages one between
+    that holds more layers (pipeline.distinct_stages); the others hold less. full_layers: the
+    first k layers of each chunk recompute fully (Megatron's block method; a stage with fewer
+    layers all of its own), the others as `recompute` says. micro_batches: a step's m (default 2 p:
     enough to reach every schedule's peak)."""
     rec, m = _check(model, layout, recipe, recompute, optimizer, loss, micro_batches)
-    n = model.layers // (layout.pp * layout.vp)
+    dropout = dropout and model.dropout_layers
+    n = most_chunk_layers(model, layout)
     k = _full_layers(full_layers, n, recompute)
     p = layout.pp
     if stage is not None and (isinstance(stage, bool) or not isinstance(stage, int)
                               or not 0 <= stage < p):
         raise ValueError(f"stage: expected an int in [0, {p - 1}] or None, got {stage!r}")
-    candidates = [stage] if stage is not None else sorted({0, p - 1})
+    candidates = [stage] if stage is not None else \
+        pipeline.distinct_stages(model.layers, p, layout.vp)
     out = {}
     for i in candidates:
         parts = _parts(model, layout, rec, recompute, optimizer, dropout, ln_stats, loss, m, i)
@@ -291,7 +286,14 @@ def step_memory(model: GPTShape, layout: Layout, recipe="bf16", recompute: str =
     return worst
 
 
-def fewest_full_layers(model: GPTShape, layout: Layout, memory: float, recipe="bf16",
+def most_chunk_layers(model: Shape, layout: Layout) -> int:
+    """The most layers a chunk of any stage holds (the range of full_layers)."""
+    if layout.vp > 1:
+        return pipeline.layers_per_chunk(model.layers, layout.pp, layout.vp)
+    return max(pipeline.split_layers(model.layers, layout.pp))
+
+
+def fewest_full_layers(model: Shape, layout: Layout, memory: float, recipe="bf16",
                        recompute: str = "none", optimizer: str = "adam", dropout: bool = True,
                        ln_stats: bool = False, loss: str = "torch",
                        micro_batches: int | None = None) -> int | None:
@@ -300,9 +302,10 @@ def fewest_full_layers(model: GPTShape, layout: Layout, memory: float, recipe="b
     except near k = n, where the last recomputed layer's transient can grow, so the first part
     is solved, the rest scanned."""
     rec, m = _check(model, layout, recipe, recompute, optimizer, loss, micro_batches)
-    n = model.layers // (layout.pp * layout.vp)
+    dropout = dropout and model.dropout_layers
+    n = most_chunk_layers(model, layout)
     stages = [_parts(model, layout, rec, recompute, optimizer, dropout, ln_stats, loss, m, i)
-              for i in sorted({0, layout.pp - 1})]
+              for i in pipeline.distinct_stages(model.layers, layout.pp, layout.vp)]
     ks = [n] if recompute == "full" else range(n + 1)
 
     def fits(k):
@@ -317,7 +320,7 @@ def fewest_full_layers(model: GPTShape, layout: Layout, memory: float, recipe="b
     for x in stages:
         others = max(x.head, x.backward)
         if x.one > 0:
-            tail = min(tail, max(1, n - max(0, -(-(x.whole - x.inp - others) // x.one))))
+            tail = min(tail, max(1, x.n - max(0, -(-(x.whole - x.inp - others) // x.one))))
     lo, hi = 1, tail  # on [1, tail] each stage's peak falls linearly: binary search
     if lo <= hi and fits(hi):
         while lo < hi:

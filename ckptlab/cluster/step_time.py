@@ -66,6 +66,7 @@ from ckptlab.cluster import efficiency as eff
 from ckptlab.cluster import links as fabrics
 from ckptlab.cluster import pipeline, zero3
 from ckptlab.cluster import step_memory as sm
+from ckptlab.cluster.gpt_layer import elementwise_bytes  # noqa: F401 (re-exported)
 from ckptlab.measure import roofline, timemodel, unfused_attention
 
 # GPU -> (GPUs a node, bytes/s a GPU reaches inside its node, across nodes while its node's
@@ -137,37 +138,24 @@ def _ring(n: int) -> float:
     return (n - 1) / n
 
 
-def elementwise_bytes(s: int, b: int, h: int, t: int = 1, sp: bool = False, w: int = 2,
-                      dropout: bool = True) -> int:
-    """HBM bytes of one layer's forward outside its matmuls and attention core: the fused
-    kernels Megatron-LM runs between its GEMMs, each reading its inputs and writing its output
-    once (w bytes a value, masks 1 byte). Per s b h: LayerNorm 2 x (read, write) 4w; the two
-    bias-dropout-residual adds 2 x (read the output and the residual, write, the mask) 2 (3w + 1)
-    (both replicated over t, split with SP); the QKV bias (read, write 3h) 6w and the fused
-    bias-GeLU (read, write 4h) 8w, split over t. Without dropout the adds write no mask."""
-    sbh = s * b * h
-    replicated = (4 * w + 2 * (3 * w + (1 if dropout else 0))) * sbh
-    return (replicated // t if sp else replicated) + 14 * w * sbh // t
-
-
 def stage_parts(model, layout, gpu, rec, base, k, loss, stage, achievable,
                 dropout: bool = True) -> dict:
     """Per micro-batch on pipeline stage `stage`: seconds forward and backward by kind."""
-    s, b, h, a, V = model.seq, layout.micro_batch, model.hidden, model.heads, model.vocab
+    s, b, h, a = model.seq, layout.micro_batch, model.hidden, model.heads
     t, p, v = layout.tp, layout.pp, layout.vp
     dtype = "fp32" if rec.name == "fp32" else "bf16"
     spec = _spec(gpu)
     peak = achievable * roofline.peak_flops(spec, dtype)
     node, intra, inter = links(gpu)
-    n_layers = model.layers // p
-    full = k * v  # layers of this stage recomputed whole
+    n_layers = model.stage_layers(p, stage)
+    full = min(k, n_layers // v) * v  # layers of this stage recomputed whole
     w = rec.activation
-    lin = 24 * b * s * h * h / t / peak  # one layer's forward matmuls
+    lin = model.layer_matmul_flops(b) / t / peak  # one layer's forward matmuls (GPT 24 b s h^2)
     af, ab = attention_s(ATTENTION[base], b, a // t, s, h // a, spec["name"], dtype,
                          achievable, dropout)
     coll = 2 * _ring(t) * s * b * h * w / intra  # one all-reduce (or its SP pair) of s b h
     hbm = spec["hbm_bytes_per_s"]
-    ew = elementwise_bytes(s, b, h, t, layout.sp, w, dropout) / hbm  # one layer's forward
+    ew = model.elementwise_bytes(b, t, layout.sp, w, dropout) / hbm  # one layer's forward
     out = dict(matmul_f=n_layers * lin, matmul_b=2 * n_layers * lin,
                attention_f=n_layers * af, attention_b=n_layers * ab,
                elementwise_f=n_layers * ew, elementwise_b=2 * n_layers * ew,
@@ -176,11 +164,11 @@ def stage_parts(model, layout, gpu, rec, base, k, loss, stage, achievable,
     if base == "selective":
         out["recompute"] += (n_layers - full) * af  # the attention core's forward, again
     if stage == p - 1:  # the head: logits forward, dX and dW backward; the loss's collectives
-        out["matmul_f"] += 2 * b * s * h * V / t / peak
-        out["matmul_b"] += 4 * b * s * h * V / t / peak
+        out["matmul_f"] += model.head_flops(b) / t / peak
+        out["matmul_b"] += 2 * model.head_flops(b) / t / peak
         if t > 1:
             out["tp_f"] += (3 * 2 * _ring(t) * 4 * s * b if loss == "fused"
-                            else _ring(t) * s * b * V * w) / intra
+                            else _ring(t) * s * b * model.vocab * w) / intra
     if p > 1:  # per chunk one transfer forward, one backward (Megatron pairs a send with the
         # opposite receive: send_forward_recv_backward), on the slowest link of the pipeline
         link = inter if layout.gpus > node else intra
@@ -238,13 +226,14 @@ def step_time(model: sm.GPTShape, layout: sm.Layout, gpu, recipe="bf16",
     rec = sm.recipe_of(recipe)
     sm._check(model, layout, rec, recompute, "adam", loss, micro_batches)
     achievable = efficiency(model, layout, gpu, achievable)
-    n = model.layers // (layout.pp * layout.vp)
+    dropout = dropout and model.dropout_layers
+    n = sm.most_chunk_layers(model, layout)
     k = sm._full_layers(full_layers, n, recompute)
     base = "none" if recompute == "full" else recompute
     links(gpu)
     m, p, v = micro_batches, layout.pp, layout.vp
     best = None
-    for stage in sorted({0, p - 1}):
+    for stage in pipeline.distinct_stages(model.layers, p, v):  # the slowest sets the pace
         parts = stage_parts(model, layout, gpu, rec, base, k, loss, stage, achievable, dropout)
         total = sum(parts.values())
         if best is None or total > best[1]:
@@ -265,12 +254,12 @@ def step_time(model: sm.GPTShape, layout: sm.Layout, gpu, recipe="bf16",
     return st
 
 
-def model_flops(model: sm.GPTShape, batch: int) -> float:
-    """Model FLOPs of a step of `batch` sequences: 72 B L s h^2 (1 + s/(6h) + V/(12 h L))
-    (Korthikanti et al. 2022, Eq. 7; ckptlab.cluster.at_scale.step_flops)."""
-    from ckptlab.cluster import at_scale
-
-    return float(at_scale.step_flops(model.seq, batch, model.hidden, model.layers, model.vocab))
+def model_flops(model: sm.Shape, batch: int) -> float:
+    """Model FLOPs of a step of `batch` sequences (the shape's step_flops): for a GPT
+    72 B L s h^2 (1 + s/(6h) + V/(12 h L)) (Korthikanti et al. 2022, Eq. 7;
+    ckptlab.cluster.at_scale.step_flops); for a Llama its matmuls' 6 N-style count with the
+    attention core's 12 s^2 h a layer."""
+    return float(model.step_flops(batch))
 
 
 def narayanan_flops(model: sm.GPTShape, batch: int) -> float:

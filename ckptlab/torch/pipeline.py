@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ckptlab.cluster import pipeline as cluster_pipeline
 from ckptlab.recompute.plan import Seg
 from ckptlab.torch import gpt_bytes
 
@@ -37,16 +38,15 @@ def _positive(name, x) -> None:
 
 
 def split_layers(layers: int, stages: int) -> list[range]:
-    """Contiguous blocks per stage, as even as can be: the first layers % stages stages get one
-    more. ValueError unless every stage gets at least one."""
+    """Contiguous blocks per stage, ckptlab.cluster.pipeline.split_layers' counts (the planner's
+    own): evenly when the stages divide the layers, else torchtitan's split, the embedding and
+    the head weighing a block each. ValueError unless every stage gets at least one."""
     _positive("layers", layers)
     _positive("stages", stages)
     if layers < stages:
         raise ValueError(f"{layers} layers cannot fill {stages} stages (one block each at least)")
-    per, extra = divmod(layers, stages)
     out, start = [], 0
-    for i in range(stages):
-        n = per + (i < extra)
+    for n in cluster_pipeline.split_layers(layers, stages):
         out.append(range(start, start + n))
         start += n
     return out
