@@ -187,9 +187,10 @@ def picture(ex, case, inputs, path) -> list[str]:
             f"{case.label})"]
 
 
-def check(ex, file=None, hint: int = 1, picture_path=None) -> Report:
+def check(ex, file=None, hint: int = 1, picture_path=None, shipped=None) -> Report:
     """The report for exercise `ex` (a spec.Exercise) on the learner's file (or `file`); with
-    `picture_path`, also the picture of who wrote what (PNG) for the case the report is about."""
+    `picture_path`, also the picture of who wrote what (PNG) for the case the report is about.
+    `shipped`: the file as shipped, if not the guided one (the from-scratch track's)."""
     path = Path(file) if file is not None else ex.learner_file
     shown = display_name(path)
     if not path.is_file():
@@ -198,9 +199,9 @@ def check(ex, file=None, hint: int = 1, picture_path=None) -> Report:
     text, bad = read_learner(path, shown)
     if bad is not None:
         return bad
-    shipped = shipped_text(ex)
+    shipped = shipped_text(ex) if shipped is None else shipped
     if regions.not_attempted(text, shipped):
-        n = len(ex.steps)
+        n = len(regions.steps(shipped)) or len(ex.steps)
         return Report(ex.name, NOT_ATTEMPTED, [
             f"not attempted: fill in {shown} (step{'s 1-' + str(n) if n > 1 else ' 1'}, marked "
             "'>>> YOUR CODE'), then check again"])
