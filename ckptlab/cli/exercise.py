@@ -14,9 +14,9 @@
     exercise solution NAME          the lines you write, as the lab's kernel has them (try first)
 
 NAME is a guided exercise (labs/exercises/NAME.cu: the lab's kernel with its lesson's lines cut
-out) or, from scratch, scratch/flash_forward or scratch/flash_backward
-(labs/exercises/scratch/*.cu: the signatures, the launch and the spec in mathematics; the
-bodies are yours), checked on the same cases.
+out) or, from scratch, scratch/row_softmax, scratch/naive_ds, scratch/flash_forward or
+scratch/flash_backward (labs/exercises/scratch/*.cu: the signatures, the launch and the spec in
+mathematics; the bodies are yours), checked on the same cases.
 
 Exit status of check: 0 right, 1 wrong (or does not build, or a fault), 3 not attempted;
 2 for a usage error.

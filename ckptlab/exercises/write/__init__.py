@@ -8,8 +8,8 @@ is checkpoint() itself, labs/exercises/checkpoint.py, cut from labs/solutions/ch
     write.reset("flash_forward")                 # the file back as shipped
 
 The from-scratch track (scratch/__init__.py) gives only the signatures, the launch and the spec
-in mathematics; its exercises are named "scratch/flash_forward", "scratch/flash_backward"
-(files labs/exercises/scratch/<name>.cu) and take the same calls.
+in mathematics; its exercises are named "scratch/<name>" (row_softmax, naive_ds, flash_forward,
+flash_backward; files labs/exercises/scratch/<name>.cu) and take the same calls.
 
 `python -m ckptlab exercise list|check|reset|solution` is the same from a shell, and
 `pytest tests/test_my_kernels.py` checks every file that was attempted. The solution of each

@@ -24,10 +24,13 @@ from ckptlab import device
 from ckptlab.exercises.write import check as _check
 from ckptlab.exercises.write import regions
 from ckptlab.exercises.write.flash import FLASH_BACKWARD, FLASH_FORWARD
+from ckptlab.exercises.write.rows import NAIVE_DS, ROW_SOFTMAX
 
 PREFIX = "scratch/"
 TEMPLATES = Path(__file__).resolve().parent
-TITLES = ((FLASH_FORWARD, "the whole FlashAttention forward, from its mathematics"),
+TITLES = ((ROW_SOFTMAX, "a row softmax in one warp, from its mathematics"),
+          (NAIVE_DS, "the softmax's backward dS = P (dP - D), from its mathematics"),
+          (FLASH_FORWARD, "the whole FlashAttention forward, from its mathematics"),
           (FLASH_BACKWARD, "the whole FlashAttention backward (dK, dV, dQ), from its mathematics"))
 SCRATCH = {PREFIX + base.name: dataclasses.replace(base, name=PREFIX + base.name, title=title)
            for base, title in TITLES}
