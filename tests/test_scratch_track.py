@@ -236,3 +236,11 @@ def test_the_labs_cell_shows_a_shipped_file_as_not_attempted(lab, module):
     ns = {"exercise": importlib.import_module(f"ckptlab.exercises.{module}")}
     exec("\n".join(body), ns)  # noqa: S102 (the lab's own cell)
     assert str(eval(last, ns)).startswith("not attempted: fill in labs/exercises/scratch/")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", NAMES)
+def test_on_a_gpu_the_filled_file_runs_through_cupy(name, tmp_path):
+    report = write.check(name, file=_write(tmp_path, name, filled(name)))
+    assert report.status == write.RIGHT, str(report)
+    assert "race and bounds checks run on the emulator only" in str(report)
