@@ -227,10 +227,11 @@ def test_the_labs_cell_shows_a_shipped_file_as_not_attempted(lab, module):
     """The cell after the guided exercise of labs 04 and 05 checks the scratch file: run as
     stored (answer = ...), it says "not attempted"."""
     import importlib
+    import json
 
-    nbformat = pytest.importorskip("nbformat")
     path = device.KERNELS_DIR.parent / "labs" / f"{lab}.ipynb"
-    cells = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    cells = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]
+             if c["cell_type"] == "code"]
     cell = next(c for c in cells if 'write_kernel("scratch/' in c)
     *body, last = cell.splitlines()
     ns = {"exercise": importlib.import_module(f"ckptlab.exercises.{module}")}
