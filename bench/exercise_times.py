@@ -5,11 +5,12 @@ it (process start, imports, build, every case, the byte count), for every exerci
            every kernel the check launches are compiled first
     warm   the same cache again: nothing to compile
 
-Each is the solution (the lab's own kernel), so every case runs to the end. Prints the median and
+Each is the solution (the lab's own kernel; for a from-scratch exercise, scratch/NAME, its file
+with the lab's kernel bodies written in), so every case runs to the end. Prints the median and
 the range over --repeats runs, the machine's load average beside them (the machine is shared:
 a busy one is slower).
 
-    python bench/exercise_times.py [--repeats 3] [--only flash_forward,naive_ds]
+    python bench/exercise_times.py [--repeats 3] [--only flash_forward,scratch/flash_forward]
 """
 
 from __future__ import annotations
@@ -27,14 +28,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ckptlab.exercises import write  # noqa: E402
+from ckptlab.exercises.write import scratch  # noqa: E402
 
 
 def solution_file(name: str, folder: Path) -> Path:
     ex = write.get(name)
     if name == "checkpoint":
         return ex.solution_file
-    path = folder / f"{name}{ex.learner_file.suffix}"
-    path.write_text((ROOT / "kernels" / ex.kernel).read_text())
+    path = folder / f"{name.replace('/', '_')}{ex.learner_file.suffix}"
+    kernel = (ROOT / "kernels" / ex.kernel).read_text()
+    path.write_text(scratch.fill(write.shipped_text(name), kernel) if scratch.is_scratch(name)
+                    else kernel)
     return path
 
 
@@ -56,10 +60,10 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.repeats < 1:
         p.error("--repeats must be >= 1")
-    names = [n for n in a.only.split(",") if n] or list(write.EXERCISES)
+    names = [n for n in a.only.split(",") if n] or [*write.EXERCISES, *write.SCRATCH]
     for n in names:
         write.get(n)  # an unknown name stops here, before any work
-    print(f"{'exercise':<18}{'cold s (median, range)':>28}{'warm s (median, range)':>28}"
+    print(f"{'exercise':<24}{'cold s (median, range)':>28}{'warm s (median, range)':>28}"
           f"{'load':>8}")
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
@@ -74,7 +78,7 @@ def main(argv=None) -> int:
             def cell(xs):
                 return f"{statistics.median(xs):6.1f} [{min(xs):.1f}-{max(xs):.1f}]"
 
-            print(f"{name:<18}{cell(cold):>28}{cell(warm):>28}{load:>8.2f}")
+            print(f"{name:<24}{cell(cold):>28}{cell(warm):>28}{load:>8.2f}")
     return 0
 
 

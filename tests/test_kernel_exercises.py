@@ -235,8 +235,9 @@ def test_pytest_skips_a_shipped_file_and_fails_a_broken_one_with_the_diagnosis(t
     (tmp_path / "solutions").mkdir()
     (tmp_path / "solutions" / "checkpoint.py").write_text(
         write.get("checkpoint").solution_file.read_text())
-    for ex in write.EXERCISES.values():
-        (folder / ex.learner_file.name).write_text(write.shipped_text(ex))
+    (folder / "scratch").mkdir()
+    for name, ex in {**write.EXERCISES, **write.SCRATCH}.items():
+        (folder / f"{name}{ex.learner_file.suffix}").write_text(write.shipped_text(ex))
     (folder / "flash_forward.cu").write_text(solved("flash_forward").replace(
         "l = alpha * l + group_sum<LANES>(l_tile);", "l = l + group_sum<LANES>(l_tile);", 1))
     test = device.KERNELS_DIR.parent / "tests" / "test_my_kernels.py"
@@ -244,9 +245,11 @@ def test_pytest_skips_a_shipped_file_and_fails_a_broken_one_with_the_diagnosis(t
                           str(test)], capture_output=True, text=True,
                          env={**os.environ, "CKPTLAB_LABS": str(tmp_path)})
     assert out.returncode == 1, out.stdout
-    assert "1 failed, 7 skipped" in out.stdout, out.stdout
+    skipped = len(write.EXERCISES) + len(write.SCRATCH) - 1
+    assert f"1 failed, {skipped} skipped" in out.stdout, out.stdout
     assert "wrong: flash_forward: O is right with a single tile" in out.stdout
     assert "not attempted: fill in labs/exercises/naive_ds.cu" in out.stdout
+    assert "not attempted: fill in labs/exercises/scratch/flash_backward.cu" in out.stdout
 
 
 # ---- checkpoint(): the Python exercise -------------------------------------------------------

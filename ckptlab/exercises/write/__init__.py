@@ -7,6 +7,10 @@ is checkpoint() itself, labs/exercises/checkpoint.py, cut from labs/solutions/ch
     write.check("flash_forward", hint=2)         # the second, more specific hint
     write.reset("flash_forward")                 # the file back as shipped
 
+The from-scratch track (scratch/__init__.py) gives only the signatures, the launch and the spec
+in mathematics; its exercises are named "scratch/<name>" (row_softmax, naive_ds, flash_forward,
+flash_backward; files labs/exercises/scratch/<name>.cu) and take the same calls.
+
 `python -m ckptlab exercise list|status|check|reset|solution` is the same from a shell, and
 `pytest tests/test_my_kernels.py` checks every file that was attempted. The solution of each
 exercise is the kernel it was cut from (kernels/<file>.cu, the kernel the labs run);
@@ -20,7 +24,7 @@ from pathlib import Path
 from ckptlab import device
 from ckptlab.exercises.verdict import Verdict
 from ckptlab.exercises.write import check as _check
-from ckptlab.exercises.write import checkpoint_ex, files, regions
+from ckptlab.exercises.write import checkpoint_ex, files, regions, scratch
 from ckptlab.exercises.write.check import NOT_ATTEMPTED, RIGHT, WRONG, Report
 from ckptlab.exercises.write.flash import DROPOUT_BACKWARD, FLASH_BACKWARD, FLASH_FORWARD
 from ckptlab.exercises.write.rows import NAIVE_DS, NAIVE_SOFTMAX, ROW_SOFTMAX
@@ -30,9 +34,11 @@ from ckptlab.exercises.write.wmma import WMMA_TILE_EXERCISE
 KERNELS = {ex.name: ex for ex in (ROW_SOFTMAX, NAIVE_SOFTMAX, NAIVE_DS, FLASH_FORWARD,
                                   FLASH_BACKWARD, DROPOUT_BACKWARD, WMMA_TILE_EXERCISE)}
 EXERCISES = {**KERNELS, "checkpoint": checkpoint_ex.CHECKPOINT}  # in lab order
+SCRATCH = scratch.SCRATCH  # the from-scratch track: "scratch/<name>"
 
-__all__ = ["EXERCISES", "EXERCISE_DIR", "KERNELS", "NOT_ATTEMPTED", "RIGHT", "WRONG", "Exercise",
-           "Report", "check", "get", "in_notebook", "reset", "shipped_text", "solution", "status"]
+__all__ = ["EXERCISES", "EXERCISE_DIR", "KERNELS", "NOT_ATTEMPTED", "RIGHT", "SCRATCH", "WRONG",
+           "Exercise", "Report", "check", "get", "in_notebook", "reset", "shipped_text",
+           "solution", "status"]
 
 
 def shipped_text(ex) -> str:
@@ -40,12 +46,17 @@ def shipped_text(ex) -> str:
     ex = get(ex) if isinstance(ex, str) else ex
     if ex is checkpoint_ex.CHECKPOINT:
         return checkpoint_ex.shipped_text()
+    if scratch.is_scratch(ex):
+        return scratch.shipped_text(ex)
     return _check.shipped_text(ex)
 
 
 def get(name: str) -> Exercise:
+    if name in SCRATCH:
+        return SCRATCH[name]
     if name not in EXERCISES:
-        raise KeyError(f"no exercise {name!r}; the exercises are: {', '.join(EXERCISES)}")
+        raise KeyError(f"no exercise {name!r}; the exercises are: {', '.join(EXERCISES)}, "
+                       f"and from scratch {', '.join(SCRATCH)}")
     return EXERCISES[name]
 
 
@@ -56,11 +67,13 @@ def check(name: str, file=None, hint: int = 1, picture=None) -> Report:
     are wrong (kernel exercises; ValueError for a file there that ckptlab did not draw)."""
     if hint not in (1, 2):
         raise ValueError(f"hint must be 1 or 2, got {hint!r}")
-    ex = get(name)
+    ex = scratch.for_file(get(name), file, {**EXERCISES, **SCRATCH})
     if ex is checkpoint_ex.CHECKPOINT:
         if picture is not None:
             raise ValueError("checkpoint is Python: it has no access picture")
         return checkpoint_ex.check(file, hint)
+    if scratch.is_scratch(ex):
+        return scratch.check(ex, file, hint, picture)
     return _check.check(ex, file, hint, picture)
 
 
@@ -76,7 +89,7 @@ def status(name: str, file=None) -> str:
     """'not attempted', 'attempted' or 'missing', from the file alone (nothing is built). A
     file that is not UTF-8 (an editor's other encoding) differs from the shipped one, so it is
     'attempted'; a byte-order mark does not count."""
-    ex = get(name)
+    ex = scratch.for_file(get(name), file, {**EXERCISES, **SCRATCH})
     path = Path(file or ex.learner_file)
     try:
         text = files.text_anyway(path)
@@ -107,6 +120,8 @@ def solution(name: str) -> str:
     """The lines a learner writes, step by step, as the solution has them (the kernel in
     kernels/, or labs/solutions/checkpoint.py)."""
     ex = get(name)
+    if scratch.is_scratch(ex):
+        return scratch.solution(ex)
     if ex is checkpoint_ex.CHECKPOINT:
         where, source = "labs/solutions/checkpoint.py", ex.solution_file.read_text()
     else:

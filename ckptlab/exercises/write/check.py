@@ -206,12 +206,13 @@ def _no_picture(path, why: str) -> list[str]:
     return [] if path is None else [f"(no picture drawn at {path}: {why})"]
 
 
-def check(ex, file=None, hint: int = 1, picture_path=None) -> Report:
+def check(ex, file=None, hint: int = 1, picture_path=None, shipped=None) -> Report:
     """The report for exercise `ex` (a spec.Exercise) on the learner's file (or `file`); with
     `picture_path`, also the picture of who wrote what (and, for a wrong result, which elements
     are wrong) for the case the report is about. A picture path whose suffix is not .png, .pdf
     or .svg, or that holds a file ckptlab did not draw, is refused (ValueError) before any work;
-    where no picture can be drawn, a line says why."""
+    where no picture can be drawn, a line says why. `shipped`: the file as shipped, if not the
+    guided one (the from-scratch track's)."""
     if picture_path is not None:
         files.picture_format(picture_path)  # before any work: a name it may not draw over
     path = Path(file) if file is not None else ex.learner_file
@@ -224,9 +225,9 @@ def check(ex, file=None, hint: int = 1, picture_path=None) -> Report:
     if bad is not None:
         bad.lines += _no_picture(picture_path, "the file cannot be read as source")
         return bad
-    shipped = shipped_text(ex)
+    shipped = shipped_text(ex) if shipped is None else shipped
     if regions.not_attempted(text, shipped):
-        n = len(ex.steps)
+        n = len(regions.steps(shipped)) or len(ex.steps)
         return Report(ex.name, NOT_ATTEMPTED, [
             f"not attempted: fill in {shown} (step{'s 1-' + str(n) if n > 1 else ' 1'}, marked "
             "'>>> YOUR CODE'), then check again",
