@@ -4,7 +4,9 @@ checkpoint(fn, x) returns fn(x) but holds only x for the backward: the forward r
 no_grad, so nothing inside fn is saved and no graph is built there; the graph gets one node,
 and that node's backward runs fn again, with grad on, on a copy of x, back-propagates the
 incoming gradient through the fresh local graph, and hands x its gradient. The RNG state is
-kept, so that a dropout inside fn draws the same masks the second time (lab 06).
+kept, so that a dropout inside fn draws the same masks the second time (lab 06). x may need no
+gradient (the first segment's input is data): it then has no node and gets nothing, while the
+parameters fn reads still get theirs.
 
 Check: python -m ckptlab exercise check checkpoint   (--hint 2: a second hint)
 The engine's own, with every option PyTorch's has: ckptlab/recompute/checkpoint.py.
@@ -31,6 +33,7 @@ def checkpoint(fn, x: Tensor) -> Tensor:
             y2 = fn(local)
         tape.set_rng_state(now)
         y2.backward(g)  # the parameters fn reads get their gradients here too
+        # x has no node when it needs no gradient (a first segment's input): nothing to add
         if x.node is not None:
             x.node.add_grad(local.grad)  # adds: x may have other consumers
         # <<< checkpoint 2
