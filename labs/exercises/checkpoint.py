@@ -29,19 +29,19 @@ def checkpoint(fn, x: Tensor) -> Tensor:
 
     def backward(g):
         # >>> YOUR CODE, step 2 of 2: fn again on a copy of x, with grad; g through it; x's gradient
-        #     The node's backward(g): fn again, this time building a graph, and g through it. Names
-        #     to use, in the order they are needed: tape.set_rng_state (draw with the state kept
-        #     in step 1; take the current one with tape.rng_state first and put it back after, so
-        #     that the rest of the backward is not disturbed); x.detach (a copy of x that requires
-        #     grad and is a leaf of its own, so the local graph ends there and not in the graph
-        #     behind x); tape.enable_grad (a context manager: the backward runs with grad off, and
-        #     the recompute must build its ops' nodes); tape.phase (the engine counts FLOPs by
-        #     phase, and its own checkpoint runs the recompute under the phase named "recompute":
-        #     ckptlab/recompute/ledger.py); backward on the recomputed output, with g (the
-        #     parameters fn reads get their gradients on that pass); and x.node.add_grad, which
-        #     adds to what x may already have from its other consumers. x may need no gradient
-        #     at all (a first segment, whose input is data): then x has no node and gets nothing,
-        #     while fn's parameters still get theirs.
+        #     The node's backward(g): fn again, this time building a graph, and g through it.
+        #     Names to use, in the order they are needed: tape.set_rng_state (draw with the
+        #     state kept in step 1; take the current one with tape.rng_state first and put it
+        #     back after, so that the rest of the backward is not disturbed); x.detach (a copy
+        #     of x that requires grad and is a leaf of its own, so the local graph ends there
+        #     and not in the graph behind x); tape.enable_grad (a context manager: the backward
+        #     runs with grad off, and the recompute must build its ops' nodes); tape.phase (the
+        #     engine counts FLOPs by phase, and its own checkpoint runs the recompute under the
+        #     phase named "recompute": ckptlab/recompute/ledger.py); backward on the recomputed
+        #     output, with g (the parameters fn reads get their gradients on that pass); and
+        #     x.node.add_grad, which adds to what x may already have from its other consumers. x
+        #     may need no gradient at all (a first segment, whose input is data): then x has no
+        #     node and gets nothing, while fn's parameters still get theirs.
         raise NotImplementedError("checkpoint: step 2 is not written yet")
         # <<< end of step 2
 
