@@ -263,20 +263,28 @@ __global__ void __launch_bounds__(Br * LANES) attn_flash_bwd_dq(const float* Q, 
         for (int c = 0; c < Bc / LANES; ++c) {
             const int jj = lane + c * LANES, j = k0 + jj;
             // the same sums, in the same order, as attn_flash_bwd_dkdv
+            // >>> flash_backward 5: S_ij, dO_i . V_j and P_ij again, for this row's keys
             const float s = STORED ? dSs[r][jj] : scale * row_dot<Dt>(Qs[r], Ks[jj]);  // S_ij
             const float dpd = row_dot_split<Dt>(dOs[r], Vs[jj]);  // (dO V^T)_ij
             const float p = visible(i, j, Nq, Nk, causal) ? expf(s - Ls[r]) : 0.0f;  // P_ij = exp(S_ij - L_i)
+            // <<< flash_backward 5
+            // >>> dropout_backward 3: Z_ij / (1 - p) in the dQ kernel, and where it enters dS
             const float z = p > 0.0f ? dropout_factor(drop, (bh * Nq + i) * Nk + j) : 0.0f;
+            // >>> flash_backward 6: dS_ij into shared memory, for this row's dQ
             dSs[r][jj] = p * (dpd * z - Ds[r]);  // dS_ij = P_ij (dP_ij - D_i)
+            // <<< flash_backward 6
+            // <<< dropout_backward 3
         }
         __syncwarp();  // row r of dS was written by its own row group (one warp); now read it
 
+        // >>> flash_backward 7: dQ_i += dS_ij K_j over the tile, in registers
         for (int c = 0; c < Dt / LANES; ++c) {  // dQ_i += dS_ij K_j
             const int col = lane + c * LANES;
             float sq = 0.0f;
             for (int jj = 0; jj < Bc; ++jj) sq += dSs[r][jj] * Ks[jj][col];
             dq[c] += sq;
         }
+        // <<< flash_backward 7
     }
 
     if (i < Nq) {

@@ -84,9 +84,9 @@ __global__ void __launch_bounds__(Br * LANES) attn_flash_fwd(const float* Q, con
         float m_tile = -INFINITY;
         for (int c = 0; c < Bc / LANES; ++c) {
             const int jj = lane + c * LANES, j = k0 + jj;
+            // >>> flash_forward 1: S_ij = scale * q_i . k_j where i sees j, else -inf
             float dot = 0.0f;
             for (int k = 0; k < Dt; ++k) dot += Qs[r][k] * Ks[jj][k];
-            // >>> flash_forward 1: S_ij = scale * q_i . k_j where i sees j, else -inf
             const bool seen = visible(i, j, Nq, Nk, causal);
             s[c] = seen ? scale * dot : -INFINITY;
             // <<< flash_forward 1

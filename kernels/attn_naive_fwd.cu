@@ -55,6 +55,7 @@ extern "C" __global__ void attn_naive_softmax(const float* S, float* P, int Nq, 
         }
     }
     // <<< naive_softmax 1
+    // >>> naive_softmax 2: merge the 32 lanes' (m, l) with warp shuffles
     for (int o = WARP / 2; o > 0; o /= 2) {  // merge (m, l) of lanes o apart
         const float m_o = __shfl_xor_sync(FULL_MASK, m, o);
         const float l_o = __shfl_xor_sync(FULL_MASK, l, o);
@@ -64,14 +65,15 @@ extern "C" __global__ void attn_naive_softmax(const float* S, float* P, int Nq, 
             m = m_new;
         }
     }
-    // >>> naive_softmax 2: P_ij = exp(S_ij - m_i) / l_i (a row that sees no key: P = 0)
+    // <<< naive_softmax 2
+    // >>> naive_softmax 3: P_ij = exp(S_ij - m_i) / l_i (a row that sees no key: P = 0)
     // A row with no visible key has m = -inf and l = 0: subtract 0 and scale by 0 instead, so
     // P = exp(-inf) * 0 = 0 (every S_ij is still read once, as the traffic model counts).
     const float m_ref = m == -INFINITY ? 0.0f : m;
     const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
     float* p = P + row * Nk;
     for (int j = lane; j < Nk; j += WARP) p[j] = expf(s[j] - m_ref) * inv_l;
-    // <<< naive_softmax 2
+    // <<< naive_softmax 3
 }
 
 // O = dropout(P) V: the dropout factor is applied to P as its tiles are loaded.

@@ -1,8 +1,9 @@
 // Exercise dropout_backward (lab 06): the dropout mask regenerated in the backward, from (seed, offset)
 // The forward dropped P_ij with Z_ij from Philox at (seed, offset) and the element's
 // index; nothing was stored. The backward must draw the very same Z_ij again, and
-// apply it where the forward did. Every case here runs with dropout.
-// Fill in the 2 steps marked '>>> YOUR CODE'; everything else is given.
+// apply it where the forward did: in the dK/dV kernel (steps 1-2) and in the
+// deterministic dQ kernel (step 3). Every case here runs with dropout.
+// Fill in the 3 steps marked '>>> YOUR CODE'; everything else is given.
 // Check: python -m ckptlab exercise check dropout_backward   (--hint 2: a second hint)
 // Solution (try first): kernels/attn_flash_bwd.cu, the kernel the labs run.
 
@@ -168,18 +169,21 @@ __global__ void __launch_bounds__(Bc * LANES) attn_flash_bwd_dkdv(const float* Q
             const float s = STORED ? Pds[ii][y] : scale * row_dot<Dt>(Qs[ii], Ks[y]);
             const float dpd = row_dot_split<Dt>(dOs[ii], Vs[y]);  // (dO V^T)_ij
             const float p = visible(i, j, Nq, Nk, causal) ? expf(s - Ls[ii]) : 0.0f;  // P_ij = exp(S_ij - L_i)
-            // >>> YOUR CODE, step 1 of 2: Z_ij / (1 - p) again, from (seed, offset)
-            //     z = Z_ij / (1 - p) for this (i, j): dropout_factor(drop, index) with the
-            //     index the forward used, the element's position in a contiguous
-            //     (B, H, Nq, Nk) array; 0 where P_ij = 0 (masked: no word drawn).
-            //     Defines: z.
+            // >>> YOUR CODE, step 1 of 3: Z_ij / (1 - p) again, from (seed, offset)
+            //     z = Z_ij / (1 - p) for this entry: the factor the forward multiplied P_ij
+            //     by, 0 where it dropped the element and 1 / (1 - p) where it kept it. Nothing
+            //     was stored, so draw it again exactly as the forward did: the same function
+            //     of philox.cuh, the same (seed, offset) (in drop) and the same index, the
+            //     element's position in a contiguous (B, H, Nq, Nk) array. Where P_ij = 0
+            //     (masked) the forward drew nothing: z = 0 there. Defines: z.
             const float z = 1.0f;
             // <<< end of step 1
-            // >>> YOUR CODE, step 2 of 2: where Z enters: P_dropped for dV, dP for dS
-            //     Where Z enters: dV needs the dropped P (O = P_dropped V), and dP, the
-            //     gradient reaching the undropped P, is (dO_i . V_j) * z (dpd holds
-            //     dO_i . V_j).
-            //     The lines below are the no-dropout version: make them right with dropout.
+            // >>> YOUR CODE, step 2 of 3: where Z enters: P_dropped for dV, dP for dS
+            //     Where Z enters the gradients. O = P_dropped V, so dV needs the dropped P:
+            //     what goes to Pds for dV is P_ij times z. The gradient reaching the undropped
+            //     P is dP_ij = (dO_i . V_j) z (dpd holds dO_i . V_j), and dS_ij = P_ij (dP_ij
+            //     - D_i) takes that dP. The lines below are the no-dropout version: make them
+            //     right with dropout.
             Pds[ii][y] = p;
             dSs[ii][y] = p * (dpd - Ds[ii]);
             // <<< end of step 2
@@ -274,8 +278,14 @@ __global__ void __launch_bounds__(Br * LANES) attn_flash_bwd_dq(const float* Q, 
             const float s = STORED ? dSs[r][jj] : scale * row_dot<Dt>(Qs[r], Ks[jj]);  // S_ij
             const float dpd = row_dot_split<Dt>(dOs[r], Vs[jj]);  // (dO V^T)_ij
             const float p = visible(i, j, Nq, Nk, causal) ? expf(s - Ls[r]) : 0.0f;  // P_ij = exp(S_ij - L_i)
-            const float z = p > 0.0f ? dropout_factor(drop, (bh * Nq + i) * Nk + j) : 0.0f;
-            dSs[r][jj] = p * (dpd * z - Ds[r]);  // dS_ij = P_ij (dP_ij - D_i)
+            // >>> YOUR CODE, step 3 of 3: Z_ij / (1 - p) in the dQ kernel, and where it enters dS
+            //     The deterministic dQ kernel forms dS on its own and needs the same mask: z
+            //     for this (i, j), drawn as in step 1, and dS_ij = P_ij (dP_ij - D_i) with
+            //     dP_ij = (dO_i . V_j) z, into row r of dSs (D_i in Ds[r]). The lines below
+            //     are the no-dropout version.
+            const float z = 1.0f;
+            dSs[r][jj] = p * (dpd - Ds[r]);
+            // <<< end of step 3
         }
         __syncwarp();  // row r of dS was written by its own row group (one warp); now read it
 

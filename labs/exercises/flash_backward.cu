@@ -2,8 +2,10 @@
 // attn_flash_bwd_dkdv: one block owns Bc keys (row group y owns key j = k0 + y) and
 // loops over the query tiles; for each entry (i, j) of a tile pair you recompute S and
 // P from L, form dP and dS, and accumulate dK_j, dV_j; dQ_i goes to global memory,
-// where every K/V block adds its part. D_i = rowsum(dO_i * O_i) is given (preprocess).
-// Fill in the 4 steps marked '>>> YOUR CODE'; everything else is given.
+// where every K/V block adds its part (steps 1-4). attn_flash_bwd_dq, the deterministic
+// dQ, forms P and dS a second time, one block per Q tile, and writes dQ once with no
+// atomics (steps 5-7). D_i = rowsum(dO_i * O_i) is given (preprocess).
+// Fill in the 7 steps marked '>>> YOUR CODE'; everything else is given.
 // Check: python -m ckptlab exercise check flash_backward   (--hint 2: a second hint)
 // Solution (try first): kernels/attn_flash_bwd.cu, the kernel the labs run.
 
@@ -166,38 +168,45 @@ __global__ void __launch_bounds__(Bc * LANES) attn_flash_bwd_dkdv(const float* Q
             const int ii = lane + rr * LANES, i = q0 + ii;
             // S_ij: read back (stored; this thread's own entry of the staged tile), or
             // recomputed (flash): S_ij = scale q_i . k_j
-            // >>> YOUR CODE, step 1 of 4: S_ij (recomputed, flash), dO_i . V_j, P_ij = exp(S_ij - L_i)
-            //     S_ij = scale * q_i . k_j, recomputed from the tiles in shared memory
-            //     (row_dot<Dt>(Qs[ii], Ks[y]); keep STORED's branch: S_ij = Pds[ii][y]);
-            //     dpd = dO_i . V_j (row_dot_split<Dt>(dOs[ii], Vs[y])), the dP before
-            //     dropout; P_ij = exp(S_ij - L_i) where i sees j (visible(i, j, Nq, Nk,
-            //     causal)), else 0. L_i is Ls[ii]. Defines: s, dpd, p.
+            // >>> YOUR CODE, step 1 of 7: S_ij (recomputed, flash), dO_i . V_j, P_ij = exp(S_ij - L_i)
+            //     Recompute S_ij = scale * q_i . k_j from row ii of Qs and row y of Ks, summed
+            //     in the forward's column order (common.cuh's row_dot), so that S_ij is bit
+            //     for bit the forward's, which L was formed from; keep STORED's branch, where
+            //     the tile of the S the forward wrote is staged in Pds. dpd is dO_i . V_j
+            //     (row_dot_split: the same products in shorter partial sums), the dP before
+            //     dropout. P_ij = exp(S_ij - L_i) where i sees j (the forward's mask,
+            //     common.cuh's `visible`), else 0; L_i is in Ls[ii]. exp never sees a positive
+            //     argument, as S_ij <= L_i. Defines: s, dpd, p.
             const float s = STORED ? Pds[ii][y] : 0.0f;
             const float dpd = 0.0f;
             const float p = 0.0f;
             // <<< end of step 1
             const float z = p > 0.0f ? dropout_factor(drop, (bh * Nq + i) * Nk + j) : 0.0f;
-            // >>> YOUR CODE, step 2 of 4: P_dropped and dS_ij into shared memory
-            //     dP_ij = dpd * z (z = Z_ij / (1 - p) is given above). Write the dropped P
-            //     for dV, Pds[ii][y] = P_ij * z, and dSs[ii][y] = P_ij * (dP_ij - D_i),
-            //     D_i = Ds[ii].
+            // >>> YOUR CODE, step 2 of 7: P_dropped and dS_ij into shared memory
+            //     The softmax's backward at this entry. With z = Z_ij / (1 - p) (given above),
+            //     the gradient reaching the undropped P is dP_ij = (dO_i . V_j) z. Two values
+            //     go to shared memory for the sums after the barrier, at this thread's entry
+            //     (ii, y): the dropped P_ij z, which dV needs (O = P_dropped V), into Pds; and
+            //     dS_ij = P_ij (dP_ij - D_i), D_i in Ds[ii], into dSs.
             // <<< end of step 2
         }
         __syncthreads();  // dK/dV read column y of P and dS (own row group), but dQ reads whole
                           // rows of dS written by every row group
 
-        // >>> YOUR CODE, step 3 of 4: dV_j += P_dropped^T dO and dK_j += dS^T Q over the tile
-        //     For this thread's columns col = lane + c * LANES, over the tile's rows ii:
-        //     dv[c] += sum_ii Pds[ii][y] * dOs[ii][col]  (dV_j += P_dropped^T dO)
-        //     dk[c] += sum_ii dSs[ii][y] * Qs[ii][col]   (dK_j += dS^T Q; the scale is
-        //     applied once, where dK is stored below).
+        // >>> YOUR CODE, step 3 of 7: dV_j += P_dropped^T dO and dK_j += dS^T Q over the tile
+        //     dV_j += sum_i P_dropped_ij dO_i and dK_j += sum_i dS_ij Q_i over this tile's
+        //     Br rows, for this thread's columns col = lane + c * LANES: column y of Pds
+        //     (of dSs) against the rows of dOs (of Qs). dv[c] and dk[c] sum over every
+        //     query tile of the loop. The scale of dK is applied once, where dK is stored
+        //     below.
         // <<< end of step 3
         if (!DETERMINISTIC) {  // dQ_i += scale * dS_ij K_j, rows ii = y, y + Bc, ... of this Q tile
-            // >>> YOUR CODE, step 4 of 4: dQ_i += scale * dS_ij K_j, into the dQ other blocks add to
-            //     dQ_i += scale * sum_jj dSs[ii][jj] * Ks[jj][col] for the rows
-            //     ii = y, y + Bc, ... of this Q tile with q0 + ii < Nq, and the columns
-            //     col = lane + c * LANES < d. Other K/V blocks add to the same dQ_i at the
-            //     same time (dQ was zeroed by the preprocess kernel).
+            // >>> YOUR CODE, step 4 of 7: dQ_i += scale * dS_ij K_j, into the dQ other blocks add to
+            //     dQ_i += scale * sum_j dS_ij K_j over this tile's keys, for the rows of this
+            //     Q tile that this row group takes (ii = y, y + Bc, ...: Br may exceed Bc) and
+            //     that are real (q0 + ii < Nq), in the columns col < d. Every K/V block adds
+            //     its share to the same dQ_i at the same time, so the add must be atomic; dQ
+            //     was zeroed by the preprocess kernel.
             // <<< end of step 4
         }
     }
@@ -263,20 +272,33 @@ __global__ void __launch_bounds__(Br * LANES) attn_flash_bwd_dq(const float* Q, 
         for (int c = 0; c < Bc / LANES; ++c) {
             const int jj = lane + c * LANES, j = k0 + jj;
             // the same sums, in the same order, as attn_flash_bwd_dkdv
-            const float s = STORED ? dSs[r][jj] : scale * row_dot<Dt>(Qs[r], Ks[jj]);  // S_ij
-            const float dpd = row_dot_split<Dt>(dOs[r], Vs[jj]);  // (dO V^T)_ij
-            const float p = visible(i, j, Nq, Nk, causal) ? expf(s - Ls[r]) : 0.0f;  // P_ij = exp(S_ij - L_i)
+            // >>> YOUR CODE, step 5 of 7: S_ij, dO_i . V_j and P_ij again, for this row's keys
+            //     The deterministic dQ kernel (attn_flash_bwd_dq): one block per Q tile, row
+            //     group r owns query i = q0 + r and, of each K/V tile, the keys jj = lane + c
+            //     * LANES. As in step 1, for this (i, j): S_ij recomputed in the forward's
+            //     column order (STORED: the staged tile in dSs), dpd = dO_i . V_j, and P_ij =
+            //     exp(S_ij - L_i) where i sees j, else 0 (L_i in Ls[r]). The same sums in the
+            //     same order as the dK/dV kernel, so both see the same P. Defines: s, dpd, p.
+            const float s = STORED ? dSs[r][jj] : 0.0f;
+            const float dpd = 0.0f;
+            const float p = 0.0f;
+            // <<< end of step 5
             const float z = p > 0.0f ? dropout_factor(drop, (bh * Nq + i) * Nk + j) : 0.0f;
-            dSs[r][jj] = p * (dpd * z - Ds[r]);  // dS_ij = P_ij (dP_ij - D_i)
+            // >>> YOUR CODE, step 6 of 7: dS_ij into shared memory, for this row's dQ
+            //     dS_ij = P_ij (dP_ij - D_i) into row r of dSs at key jj, with dP_ij = (dO_i .
+            //     V_j) z (z given above) and D_i in Ds[r]. Only this row's own row group reads
+            //     it back (step 7), so the warp barrier below is enough.
+            // <<< end of step 6
         }
         __syncwarp();  // row r of dS was written by its own row group (one warp); now read it
 
-        for (int c = 0; c < Dt / LANES; ++c) {  // dQ_i += dS_ij K_j
-            const int col = lane + c * LANES;
-            float sq = 0.0f;
-            for (int jj = 0; jj < Bc; ++jj) sq += dSs[r][jj] * Ks[jj][col];
-            dq[c] += sq;
-        }
+        // >>> YOUR CODE, step 7 of 7: dQ_i += dS_ij K_j over the tile, in registers
+        //     dQ_i += sum_j dS_ij K_j over this K/V tile, for this lane's columns col =
+        //     lane + c * LANES: row r of dSs against column col of Ks. dq[c] keeps the sum
+        //     across the K/V tiles, one register a column; dQ_i is written once at the end
+        //     (the scale applied there), with no atomics, so that it comes out the same,
+        //     bit for bit, on every run.
+        // <<< end of step 7
     }
 
     if (i < Nq) {

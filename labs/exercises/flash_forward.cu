@@ -92,12 +92,16 @@ __global__ void __launch_bounds__(Br * LANES) attn_flash_fwd(const float* Q, con
         float m_tile = -INFINITY;
         for (int c = 0; c < Bc / LANES; ++c) {
             const int jj = lane + c * LANES, j = k0 + jj;
-            float dot = 0.0f;
-            for (int k = 0; k < Dt; ++k) dot += Qs[r][k] * Ks[jj][k];
             // >>> YOUR CODE, step 1 of 4: S_ij = scale * q_i . k_j where i sees j, else -inf
-            //     S_ij = scale * (q_i . k_j) where query i sees key j (in range, and when
-            //     causal j <= i + Nk - Nq), else -INFINITY. `dot` holds q_i . k_j.
-            //     Defines: seen (bool: does i see j), s[c].
+            //     S_ij = scale * (q_i . k_j) for this lane's keys jj = lane + c * LANES, j =
+            //     k0 + jj: the dot product over the head dim of row r of Qs and row jj of Ks
+            //     (columns past d are 0 in both, so summing all Dt of them is right). Query i
+            //     sees key j when j is a real key (j < Nk), i a real row (i < Nq) and, causal,
+            //     j <= i + Nk - Nq (the mask aligned to the bottom-right corner; common.cuh
+            //     has the test, `visible`). A key that i does not see gets S_ij = -inf: it
+            //     then adds nothing to the max, the sum or O. Why i < Nq as well: the stored
+            //     variant writes S_ij to HBM wherever i sees j. Defines: seen (does i see j),
+            //     s[c].
             const bool seen = false;
             s[c] = -INFINITY;
             // <<< end of step 1
@@ -106,27 +110,41 @@ __global__ void __launch_bounds__(Br * LANES) attn_flash_fwd(const float* Q, con
             m_tile = fmaxf(m_tile, s[c]);
         }
         // >>> YOUR CODE, step 2 of 4: the online softmax: m, alpha, l, and this tile's P
-        //     m_new = max(m, the tile's row max) (group_max<LANES> over the row group);
-        //     alpha = exp(m - m_new) rescales what was summed under the old max;
-        //     p = exp(S_ij - m_new); Ps[r][jj] = p * dropout factor (p > 0:
-        //     dropout_factor(drop, (bh * Nq + i) * Nk + j), else 0);
-        //     l = alpha * l + the tile's sum of p (group_sum<LANES>); then m = m_new.
-        //     A row that has seen only -inf has m_new = -inf: subtract 0 then, not -inf.
-        //     Defines: alpha. Updates: m, l, Ps.
+        //     The online softmax of row i over this tile. m_i is the running max of the
+        //     row's scores, l_i the running sum of exp(S_ij - m_i). The new max is the
+        //     larger of m and this tile's max, which the row's LANES lanes hold in pieces
+        //     (m_tile in each: a reduction over the row group, common.cuh has one). alpha
+        //     is the factor e^(m_old - m_new) that brings what was summed under the old
+        //     max to the new one; each P~_ij = e^(S_ij - m_new) is then at most 1, so no
+        //     score overflows exp. l becomes alpha times l plus the tile's sum of P~
+        //     (undropped: L must be the true logsumexp). Ps[r][jj] gets what O uses: P~_ij
+        //     times the dropout factor Z_ij / (1 - p), which philox.cuh draws from (seed,
+        //     offset) (in drop) and the element's index in a contiguous (B, H, Nq, Nk)
+        //     array, only where P~_ij > 0 (the backward draws it the same way). Pitfall:
+        //     while row i has seen no key, m_new = -inf and -inf - (-inf) is NaN: take 0
+        //     in place of the max then, so that alpha and P~ come out 0. Defines: alpha.
+        //     Updates: m, l, row r of Ps.
         const float alpha = 1.0f;
         // <<< end of step 2
         __syncwarp();  // row r of Ps was written by its own row group (one warp); now read it
 
         // >>> YOUR CODE, step 3 of 4: rescale the accumulator and add this tile's P V
-        //     acc[c] = alpha * acc[c] + sum over the tile's keys jj of Ps[r][jj] *
-        //     Vs[jj][col], for this lane's columns col = lane + c * LANES.
+        //     O_i's accumulator, not yet normalised: acc_i = alpha acc_i + sum_jj
+        //     P_dropped_ij V_jj, for this lane's columns col = lane + c * LANES. alpha
+        //     (step 2) brings what was summed under the old max to the new one, as it did
+        //     for l; this tile's part is row r of Ps against column col of Vs, over the
+        //     tile's Bc keys (keys past Nk have P = 0). Updates: acc[c].
         // <<< end of step 3
     }
 
     if (i < Nq) {
         // >>> YOUR CODE, step 4 of 4: O_i = acc_i / l_i and L_i = m_i + log l_i
-        //     O_i = acc / l for this lane's columns col < d (a row that saw no key,
-        //     l = 0: O = 0); lane 0 writes L_i = m + log l (no key: +INFINITY).
+        //     The end of row i: O_i = acc_i / l_i in this lane's real columns (col < d:
+        //     the padded ones exist only in shared memory), and L_i = m_i + log l_i, the
+        //     row's logsumexp (natural log), written by one lane. L is all the backward
+        //     needs to recompute P = exp(S - L). Pitfall: a row that saw no key (causal,
+        //     Nq > Nk) has l = 0: its O is 0 and its L is +inf (so that the backward's P
+        //     is 0), not 0/0.
         // <<< end of step 4
     }
 }

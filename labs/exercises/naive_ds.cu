@@ -70,67 +70,16 @@ extern "C" __global__ void attn_naive_bwd_ds(const float* P, const float* dP, fl
     const long long row = ((long long)blockIdx.y * Nq + i) * Nk;
     float D = 0.0f;
     // >>> YOUR CODE, step 1 of 2: D_i = sum_j dP_ij P_ij, over the whole warp
-    //     D = sum over this lane's keys of dP[row + j] * P[row + j], then summed over
-    //     the warp (group_sum<WARP>), so that every lane holds the row's D_i.
+    //     D_i = sum_j dP_ij P_ij over the whole row i (it equals rowsum(dO_i * O_i)).
+    //     Each lane sums the terms of its keys (j = lane, lane + WARP, ...; row i
+    //     starts `row` elements into P and dP); the row's sum needs the 32 partial
+    //     sums added together, and every lane needs the total for step 2: a reduction
+    //     over the warp (common.cuh has one). Updates: D.
     // <<< end of step 1
     // >>> YOUR CODE, step 2 of 2: dS_ij = P_ij (dP_ij - D_i) for this lane's keys
-    //     d
-    //     S
-    //     [
-    //     r
-    //     o
-    //     w
-    //      
-    //     +
-    //      
-    //     j
-    //     ]
-    //      
-    //     =
-    //      
-    //     P
-    //     _
-    //     i
-    //     j
-    //      
-    //     *
-    //      
-    //     (
-    //     d
-    //     P
-    //     _
-    //     i
-    //     j
-    //      
-    //     -
-    //      
-    //     D
-    //     _
-    //     i
-    //     )
-    //      
-    //     f
-    //     o
-    //     r
-    //      
-    //     t
-    //     h
-    //     e
-    //      
-    //     l
-    //     a
-    //     n
-    //     e
-    //     '
-    //     s
-    //      
-    //     k
-    //     e
-    //     y
-    //     s
-    //      
-    //     j
-    //     .
+    //     dS_ij = P_ij (dP_ij - D_i) for the lane's keys, into dS at the place P and
+    //     dP are read from. Why: the softmax's Jacobian, diag(P_i) - P_i P_i^T,
+    //     applied to dP_i.
     // <<< end of step 2
 }
 

@@ -1,8 +1,9 @@
 // Exercise naive_softmax (lab 02): the naive forward's softmax, writing P to HBM
 // attn_naive_softmax: one warp per row i of S (B, H, Nq, Nk), lane j visiting the keys
-// j, j + 32, ... You write each lane's running (m, l) and the pass that writes P;
-// the merge of the lanes is given. Masked scores are -inf in S.
-// Fill in the 2 steps marked '>>> YOUR CODE'; everything else is given.
+// j, j + 32, ... You write each lane's running (m, l), the merge of the 32 lanes
+// (lab 01's butterfly, here over a row of S) and the pass that writes P. Masked
+// scores are -inf in S.
+// Fill in the 3 steps marked '>>> YOUR CODE'; everything else is given.
 // Check: python -m ckptlab exercise check naive_softmax   (--hint 2: a second hint)
 // Solution (try first): kernels/attn_naive_fwd.cu, the kernel the labs run.
 
@@ -53,25 +54,29 @@ extern "C" __global__ void attn_naive_softmax(const float* S, float* P, int Nq, 
     const long long row = (long long)blockIdx.y * Nq + i;
     const float* s = S + row * Nk;
     float m = -INFINITY, l = 0.0f;
-    // >>> YOUR CODE, step 1 of 2: this lane's running (m, l) over its keys
-    //     For the lane's keys: m = running max, l = running sum of exp(S_ij - m),
-    //     rescaled by exp(m_old - m_new) when m grows; skip the update while
-    //     everything seen is -inf (exp(-inf - -inf) would be NaN).
+    // >>> YOUR CODE, step 1 of 3: this lane's running (m, l) over its keys
+    //     Each lane keeps the online softmax state of its keys (j = lane, lane + WARP,
+    //     ...; s points at row i of S): m, the largest score seen so far, and l, the
+    //     sum of exp(S_ij - m) over them, brought to the new max (a factor e^(m_old -
+    //     m_new)) whenever m grows. Pitfall: masked scores are -inf; while everything
+    //     a lane has seen is -inf, -inf - (-inf) would be NaN: leave (m, l) as they
+    //     are until a finite score arrives. Updates: m, l.
     // <<< end of step 1
-    for (int o = WARP / 2; o > 0; o /= 2) {  // merge (m, l) of lanes o apart
-        const float m_o = __shfl_xor_sync(FULL_MASK, m, o);
-        const float l_o = __shfl_xor_sync(FULL_MASK, l, o);
-        const float m_new = fmaxf(m, m_o);
-        if (m_new > -INFINITY) {
-            l = l * expf(m - m_new) + l_o * expf(m_o - m_new);
-            m = m_new;
-        }
-    }
-    // >>> YOUR CODE, step 2 of 2: P_ij = exp(S_ij - m_i) / l_i (a row that sees no key: P = 0)
-    //     P_ij = exp(S_ij - m) / l for the lane's keys j, into row i of P (it starts
-    //     at P + row * Nk; s points at row i of S). A row that sees no key (m = -inf,
-    //     l = 0) gets P = 0: subtract 0 there and scale by 0.
+    // >>> YOUR CODE, step 2 of 3: merge the 32 lanes' (m, l) with warp shuffles
+    //     Merge the 32 lanes' (m, l) so that every lane holds the row's: lab 01's
+    //     butterfly, five rounds of a shuffle by xor, each lane keeping the larger max
+    //     and the sum of both sums brought to it. Pitfall: a lane that saw only -inf
+    //     (or no key: Nk < 32) has m = -inf and l = 0, and must add 0 to the merged
+    //     sum, not NaN. Updates: m, l, in every lane.
     // <<< end of step 2
+    // >>> YOUR CODE, step 3 of 3: P_ij = exp(S_ij - m_i) / l_i (a row that sees no key: P = 0)
+    //     P_ij = exp(S_ij - m_i) / l_i for the lane's keys j, written to row i of P
+    //     (it starts row * Nk elements into P, as s does into S); 1 / l once per row,
+    //     not a division per key. Pitfall: a row that sees no key (causal, Nq > Nk)
+    //     has m = -inf and l = 0: its P is 0, so it subtracts 0 instead of m and
+    //     scales by 0 instead of 1 / l (every S_ij is still read once, as the traffic
+    //     model counts).
+    // <<< end of step 3
 }
 
 // O = dropout(P) V: the dropout factor is applied to P as its tiles are loaded.

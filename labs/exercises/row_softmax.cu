@@ -35,15 +35,26 @@ extern "C" __global__ void softmax_rows(const float* x, float* y, int R, int C) 
     const float* xr = x + (size_t)r * C;
     float m = -INFINITY, l = 0.0f;
     // >>> YOUR CODE, step 1 of 2: this lane's running (m, l) over its columns
-    //     For the lane's columns c = lane, lane + WARP, ...: m = running max of
-    //     x_c, l = running sum of exp(x_c - m), rescaled by exp(m_old - m_new)
-    //     whenever m grows. While every value seen is -inf, leave l = 0.
+    //     Each lane keeps the online softmax state of the columns it visits (c = lane,
+    //     lane + WARP, ...): m, the largest value seen so far, and l, the sum of
+    //     exp(x_c - m) over them. When a new value raises m, every term already in l
+    //     was taken against the old max: bring l to the new one (a factor e^(m_old -
+    //     m_new)) before the new term joins. Why: exp of a value minus the running max
+    //     is at most 1, so nothing overflows however large x is. Pitfall: while every
+    //     value seen is -inf (a masked prefix) m is -inf too, and -inf - (-inf) is
+    //     NaN: nothing has been summed yet, so l stays 0 until a finite value arrives.
+    //     Updates: m, l.
     // <<< end of step 1
     // >>> YOUR CODE, step 2 of 2: merge the 32 lanes' (m, l) with warp shuffles
-    //     Merge the lanes: for offset = 16, 8, 4, 2, 1 take the (m, l) of lane
-    //     lane ^ offset with __shfl_xor_sync(FULL_MASK, value, offset) and combine:
-    //     m = max(m_a, m_b), l = l_a exp(m_a - m) + l_b exp(m_b - m); a lane that
-    //     saw only -inf (m = -inf) weighs 0. After it every lane holds the row's.
+    //     After step 1 each lane holds (m, l) of its own columns; the softmax needs
+    //     the row's. Merge the 32 states in a butterfly: in each round every lane
+    //     exchanges (m, l) with the lane whose index differs in one bit (a shuffle by
+    //     xor; FULL_MASK names all 32 lanes) and keeps the merge of the two: the
+    //     larger max, and the two sums each brought to it before they are added (step
+    //     1's rescale). Five rounds (log2 32), the distance halving from 16 to 1, and
+    //     every lane holds the row's (m, l). Pitfall: a lane that saw no column (C <
+    //     32) or only -inf has m = -inf, l = 0: its share of the merged sum is 0, not
+    //     exp(-inf - (-inf)) = NaN. Updates: m, l, in every lane.
     // <<< end of step 2
     // a row of only -inf has no softmax: write 0 rather than NaN (as the attention kernels do)
     const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;

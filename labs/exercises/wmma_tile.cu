@@ -78,9 +78,13 @@ __global__ void __launch_bounds__(WARP) wmma_gemm(const T* A, const T* B, float*
         }
         __syncwarp();  // every lane's part of the tiles is in shared memory before the warp loads
         // >>> YOUR CODE, step 1 of 3: the staged tiles As and Bs into the fragments a and b
-        //     wmma::load_matrix_sync(fragment, pointer to the tile's first element,
-        //     leading dimension): the leading dimension is the row length of the tile
-        //     in shared memory (As is 16 x KT, Bs is KT x 16).
+        //     Load the staged tiles into the fragments, the whole warp together
+        //     (wmma::load_matrix_sync, one call per fragment): A's 16 x KT tile As into a,
+        //     B's KT x 16 tile Bs into b. Each load needs where the tile starts in shared
+        //     memory and its leading dimension: the distance, in elements, from one row to
+        //     the next, i.e. the row length of that tile as declared. As and Bs differ,
+        //     and KT is 16 for the 16-bit types but 8 in the tf32 instantiation of the
+        //     same file.
         // <<< end of step 1
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
         if constexpr (KT == 8) {  // tf32: round each input (the same for every element)
@@ -89,82 +93,19 @@ __global__ void __launch_bounds__(WARP) wmma_gemm(const T* A, const T* B, float*
         }
 #endif
         // >>> YOUR CODE, step 2 of 3: one tensor-core multiply-accumulate of the tile pair
-        //     w
-        //     m
-        //     m
-        //     a
-        //     :
-        //     :
-        //     m
-        //     m
-        //     a
-        //     _
-        //     s
-        //     y
-        //     n
-        //     c
-        //     (
-        //     d
-        //     ,
-        //      
-        //     a
-        //     ,
-        //      
-        //     b
-        //     ,
-        //      
-        //     c
-        //     )
-        //      
-        //     c
-        //     o
-        //     m
-        //     p
-        //     u
-        //     t
-        //     e
-        //     s
-        //      
-        //     d
-        //      
-        //     =
-        //      
-        //     a
-        //      
-        //     b
-        //      
-        //     +
-        //      
-        //     c
-        //     ;
-        //      
-        //     a
-        //     c
-        //     c
-        //     u
-        //     m
-        //     u
-        //     l
-        //     a
-        //     t
-        //     e
-        //      
-        //     i
-        //     n
-        //     t
-        //     o
-        //      
-        //     a
-        //     c
-        //     c
-        //     .
+        //     One tensor-core multiply-accumulate of the tile pair, the whole warp
+        //     together (wmma::mma_sync): acc becomes a b + acc. acc carries the sum over
+        //     the k-tiles: it was zero-filled before the loop, and each k-tile's product
+        //     is added to what the earlier ones left.
         // <<< end of step 2
         __syncwarp();  // the loads are done before the next k-tile overwrites As and Bs
     }
 
     // >>> YOUR CODE, step 3 of 3: the accumulator out to the shared tile Cs
-    //     wmma::store_matrix_sync(pointer, fragment, leading dimension, layout):
-    //     Cs is 16 x 16, row-major (wmma::mem_row_major).
+    //     Store the accumulator into the shared tile Cs (wmma::store_matrix_sync):
+    //     where Cs starts, its leading dimension (a row of Cs holds 16 elements) and
+    //     its layout, which must be the one Cs is read in below (Cs[r][c]: row-major).
+    //     The given code then copies Cs to C.
     // <<< end of step 3
     __syncwarp();  // the whole C tile is in shared memory before lanes read other lanes' parts
     for (int e = lane; e < T16 * T16; e += WARP) {

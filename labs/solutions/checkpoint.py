@@ -34,6 +34,7 @@ def checkpoint(fn, x: Tensor) -> Tensor:
             y2 = fn(local)
         tape.set_rng_state(now)
         y2.backward(g)  # the parameters fn reads get their gradients here too
+        # x has no node when it needs no gradient (a first segment's input): nothing to add
         if x.node is not None:
             x.node.add_grad(local.grad)  # adds: x may have other consumers
         # <<< checkpoint 2

@@ -36,13 +36,24 @@ from ckptlab.exercises.write.spec import EXERCISE_DIR, LABS_DIR
 from ckptlab.recompute import checkpoint as engine
 
 NOTES = {
-    1: ("Keep the RNG state (tape.rng_state()), then run fn(x) under tape.no_grad():",
-        "nothing inside fn builds a node, so nothing is saved. Defines: rng, y."),
-    2: ("In the node's backward(g): restore the RNG state kept in step 1 (and put back the",
-        "current one after), run fn with grad on (tape.enable_grad()) on a copy of x that is a",
-        "leaf of its own (x.detach(requires_grad=True)), back-propagate g through that output",
-        "(y2.backward(g)), and add the copy's gradient to x's (x.node.add_grad(...)): x may",
-        "have other consumers."),
+    1: ("Keep the RNG state first (tape.rng_state): dropout inside fn draws from it, and the",
+        "recompute in step 2 must draw the same masks. Then run fn(x) with grad off (the",
+        "context manager tape.no_grad): no op inside fn builds a node, so nothing inside is",
+        "saved; only the node returned below holds x. Defines: rng (the state), y (fn's",
+        "output)."),
+    2: ("The node's backward(g): fn again, this time building a graph, and g through it.",
+        "Names to use, in the order they are needed: tape.set_rng_state (draw with the",
+        "state kept in step 1; take the current one with tape.rng_state first and put it",
+        "back after, so that the rest of the backward is not disturbed); x.detach (a copy",
+        "of x that requires grad and is a leaf of its own, so the local graph ends there",
+        "and not in the graph behind x); tape.enable_grad (a context manager: the backward",
+        "runs with grad off, and the recompute must build its ops' nodes); tape.phase (the",
+        "engine counts FLOPs by phase, and its own checkpoint runs the recompute under the",
+        "phase named \"recompute\": ckptlab/recompute/ledger.py); backward on the recomputed",
+        "output, with g (the parameters fn reads get their gradients on that pass); and",
+        "x.node.add_grad, which adds to what x may already have from its other consumers. x",
+        "may need no gradient at all (a first segment, whose input is data): then x has no",
+        "node and gets nothing, while fn's parameters still get theirs."),
 }
 PLACEHOLDERS = {1: ('raise NotImplementedError("checkpoint: step 1 is not written yet")',),
                 2: ('raise NotImplementedError("checkpoint: step 2 is not written yet")',)}
@@ -51,36 +62,37 @@ HINTS = {
     "holds_more": (
         "Your checkpoint holds more than its input until the backward. What did fn's ops save "
         "during your forward?",
-        "Step 1: run fn under `with tape.no_grad():`; then no op inside builds a node, and only "
-        "the node you return holds x."),
+        "Step 1: fn's forward must run with grad off (the engine's no_grad context); then no op "
+        "inside builds a node, and only the node you return holds x."),
     "no_grad_x": (
         "x gets no gradient. Where does the gradient the recompute computes end up?",
-        "Step 2: the copy of x collects it (local.grad); hand it to x with "
-        "x.node.add_grad(local.grad)."),
+        "Step 2: it lands on the leaf copy of x; x gets it only when it is added to x's own node "
+        "(add_grad), where x has one."),
     "dropout": (
         "The gradients are wrong only with dropout. Does the recompute draw the same dropout "
         "masks as the first forward?",
-        "Step 1 keeps tape.rng_state(); step 2 restores it with tape.set_rng_state before "
-        "running fn again (and puts the current state back after)."),
+        "Step 1 keeps the RNG state; step 2 sets the RNG back to that state before running fn "
+        "again, and restores the current state after."),
     "x_twice": (
         "x's gradient is wrong only when x also feeds another op. What happens to the gradient "
         "it already had from that op?",
-        "Step 2 must add to x's gradient (x.node.add_grad), not set it."),
+        "Step 2 must add to x's gradient (add_grad), not replace it: the other path's share is "
+        "already there."),
     "chain": (
         "It is wrong only with two checkpoints in a row. Does your recompute build its graph "
         "on x itself, so that the backward walks into the graph behind x?",
-        "Step 2 runs fn on x.detach(requires_grad=True), a leaf of its own, and back-propagates "
-        "only through that local graph."),
+        "Step 2 runs fn on a detached copy of x that requires grad, a leaf of its own, and "
+        "back-propagates only through that local graph."),
     "params": (
         "x's gradient is right but the parameters inside fn get the wrong one (or none). Does "
         "the backward go through the recompute's graph?",
-        "Step 2: y2 = fn(local) under tape.enable_grad(), then y2.backward(g): the parameters' "
-        "gradients are accumulated on that pass."),
+        "Step 2: the recompute runs with grad on, and g is back-propagated through its output: "
+        "the parameters' gradients are accumulated on that pass."),
     "no_graph": (
         "The recompute left nothing to back-propagate through. Was fn run with grad on the "
         "second time?",
-        "Step 2: y2 = fn(local) inside `with tape.enable_grad():`, so that its ops build the "
-        "local graph y2.backward(g) walks."),
+        "Step 2: the backward runs with grad off; fn's recompute must be inside the engine's "
+        "enable_grad context, so that its ops build the local graph g goes through."),
     "raised": (
         "Your checkpoint raised an error. Which of its lines, and what did that line expect?",
         "Run the case by hand: checkpoint(block, x) for one block of models.MLP, then "

@@ -4,7 +4,8 @@ dropout mask regenerated in the backward (lab 06).
 
 They run through the lab's own wrappers (ckptlab.kernels.flash) with small tiles (16 x 16), so
 that a few dozen rows already make several query and key tiles, a partial tail tile and a head
-dim below the tile head dim (24 < 32).
+dim below the tile head dim (24 < 32). What the learner reads, the steps' notes and the hints,
+is in flash_text.py.
 """
 
 from __future__ import annotations
@@ -12,7 +13,15 @@ from __future__ import annotations
 import numpy as np
 
 from ckptlab import device, reference
-from ckptlab.exercises.write.spec import Case, Exercise, Output, StepText, fixed_normal
+from ckptlab.exercises.write.flash_text import (
+    BACKWARD_HINTS,
+    BACKWARD_STEPS,
+    DROPOUT_HINTS,
+    DROPOUT_STEPS,
+    FORWARD_HINTS,
+    FORWARD_STEPS,
+)
+from ckptlab.exercises.write.spec import Case, Exercise, Output, fixed_normal
 from ckptlab.kernels import flash
 from ckptlab.measure import traffic
 
@@ -151,25 +160,7 @@ FLASH_FORWARD = Exercise(
     intro=("One block owns Br query rows and streams the key tiles through shared memory; row",
            "group r (LANES threads) owns query i = q0 + r. You write what each row does with a",
            "tile: its scores, the online softmax (m, l), the accumulator, and the end: O and L."),
-    steps={
-        1: StepText(("S_ij = scale * (q_i . k_j) where query i sees key j (in range, and when",
-                     "causal j <= i + Nk - Nq), else -INFINITY. `dot` holds q_i . k_j.",
-                     "Defines: seen (bool: does i see j), s[c]."),
-                    ("const bool seen = false;", "s[c] = -INFINITY;")),
-        2: StepText(("m_new = max(m, the tile's row max) (group_max<LANES> over the row group);",
-                     "alpha = exp(m - m_new) rescales what was summed under the old max;",
-                     "p = exp(S_ij - m_new); Ps[r][jj] = p * dropout factor (p > 0:",
-                     "dropout_factor(drop, (bh * Nq + i) * Nk + j), else 0);",
-                     "l = alpha * l + the tile's sum of p (group_sum<LANES>); then m = m_new.",
-                     "A row that has seen only -inf has m_new = -inf: subtract 0 then, not -inf.",
-                     "Defines: alpha. Updates: m, l, Ps."),
-                    ("const float alpha = 1.0f;",)),
-        3: StepText(("acc[c] = alpha * acc[c] + sum over the tile's keys jj of Ps[r][jj] *",
-                     "Vs[jj][col], for this lane's columns col = lane + c * LANES.",),
-                    ()),
-        4: StepText(("O_i = acc / l for this lane's columns col < d (a row that saw no key,",
-                     "l = 0: O = 0); lane 0 writes L_i = m + log l (no key: +INFINITY)."), ()),
-    },
+    steps=FORWARD_STEPS,
     outputs=(Output("O", ("b", "h", "i", "c"), ROWS), Output("L", ("b", "h", "i"), ROWS)),
     cases=grid(lambda case: (
         case("large", "large scores (softmax scale 20: exp of a raw score overflows)",
@@ -178,24 +169,7 @@ FLASH_FORWARD = Exercise(
     )),
     inputs=qkv, run=run_forward, truth=truth_forward, traffic=traffic_forward,
     alternatives=SLIPS,
-    hints={
-        "multi_tile": (
-            "O is right with one key tile and wrong with several. When a later tile raises a "
-            "row's max, what happens to what that row summed before?",
-            "Steps 2 and 3: l and acc were summed against the old max m; under m_new each must "
-            "be multiplied by alpha = exp(m - m_new) before this tile's terms are added."),
-        ("L", "everywhere"): (
-            "L is wrong where O may be right. What is L, in terms of the row's max and sum?",
-            "Step 4: L_i = m_i + log(l_i), the logsumexp of the row's scores (natural log), "
-            "with m and l as they stand after the last tile."),
-        ("L", "factor"): (
-            "L is off by a constant factor. Is it the log of the sum, plus the max?",
-            "Step 4: L_i = m_i + log(l_i): log, not log2 or a product."),
-        ("O", "factor"): (
-            "O is off by one factor everywhere. Is the accumulator normalised by the row's "
-            "sum, and are the scores scaled?",
-            "Step 1 scales the dot product by `scale`; step 4 divides acc by l once."),
-    },
+    hints=FORWARD_HINTS,
     kernels=("attn_flash_fwd",),
     picture=("attn_flash_fwd", ("O", "L")),
 )
@@ -233,28 +207,10 @@ FLASH_BACKWARD = Exercise(
     intro=("attn_flash_bwd_dkdv: one block owns Bc keys (row group y owns key j = k0 + y) and",
            "loops over the query tiles; for each entry (i, j) of a tile pair you recompute S and",
            "P from L, form dP and dS, and accumulate dK_j, dV_j; dQ_i goes to global memory,",
-           "where every K/V block adds its part. D_i = rowsum(dO_i * O_i) is given (preprocess)."),
-    steps={
-        1: StepText(("S_ij = scale * q_i . k_j, recomputed from the tiles in shared memory",
-                     "(row_dot<Dt>(Qs[ii], Ks[y]); keep STORED's branch: S_ij = Pds[ii][y]);",
-                     "dpd = dO_i . V_j (row_dot_split<Dt>(dOs[ii], Vs[y])), the dP before",
-                     "dropout; P_ij = exp(S_ij - L_i) where i sees j (visible(i, j, Nq, Nk,",
-                     "causal)), else 0. L_i is Ls[ii]. Defines: s, dpd, p."),
-                    ("const float s = STORED ? Pds[ii][y] : 0.0f;", "const float dpd = 0.0f;",
-                     "const float p = 0.0f;")),
-        2: StepText(("dP_ij = dpd * z (z = Z_ij / (1 - p) is given above). Write the dropped P",
-                     "for dV, Pds[ii][y] = P_ij * z, and dSs[ii][y] = P_ij * (dP_ij - D_i),",
-                     "D_i = Ds[ii]."),
-                    ()),
-        3: StepText(("For this thread's columns col = lane + c * LANES, over the tile's rows ii:",
-                     "dv[c] += sum_ii Pds[ii][y] * dOs[ii][col]  (dV_j += P_dropped^T dO)",
-                     "dk[c] += sum_ii dSs[ii][y] * Qs[ii][col]   (dK_j += dS^T Q; the scale is",
-                     "applied once, where dK is stored below)."), ()),
-        4: StepText(("dQ_i += scale * sum_jj dSs[ii][jj] * Ks[jj][col] for the rows",
-                     "ii = y, y + Bc, ... of this Q tile with q0 + ii < Nq, and the columns",
-                     "col = lane + c * LANES < d. Other K/V blocks add to the same dQ_i at the",
-                     "same time (dQ was zeroed by the preprocess kernel)."), ()),
-    },
+           "where every K/V block adds its part (steps 1-4). attn_flash_bwd_dq, the deterministic",
+           "dQ, forms P and dS a second time, one block per Q tile, and writes dQ once with no",
+           "atomics (steps 5-7). D_i = rowsum(dO_i * O_i) is given (preprocess)."),
+    steps=BACKWARD_STEPS,
     outputs=GRADS,
     cases=grid(lambda case: (
         case("large", "large scores (softmax scale 20)", scale=20.0),
@@ -262,34 +218,7 @@ FLASH_BACKWARD = Exercise(
     )),
     inputs=qkv, run=run_backward, truth=truth_backward, traffic=traffic_backward,
     alternatives=BACKWARD_SLIPS,
-    hints={
-        ("dQ", "multi_tile"): (
-            "dQ is right when a single K/V block runs and wrong when several do. How do the "
-            "contributions of different blocks to the same dQ row combine?",
-            "Step 4: every K/V block adds its scale * dS_ij K_j to the same dQ_i, at the same "
-            "time as the others: a plain store keeps only one block's part; add atomically."),
-        ("dK", "multi_tile"): (
-            "dK is right with one query tile and wrong with several. Across the loop over query "
-            "tiles, is dk accumulated or overwritten?",
-            "Step 3: dk[c] and dv[c] sum over every query tile: += the tile's sum."),
-        ("dV", "multi_tile"): (
-            "dV is right with one query tile and wrong with several. Across the loop over query "
-            "tiles, is dv accumulated or overwritten?",
-            "Step 3: dv[c] sums P_dropped^T dO over every query tile: += the tile's sum."),
-        ("dQ", "factor"): (
-            "dQ is off by a constant factor. Which factor does S = scale * Q K^T put in front "
-            "of dQ?",
-            "Step 4: dQ_i += scale * sum_j dS_ij K_j: the scale once, as dK has it."),
-        ("dV", "everywhere"): (
-            "dV is wrong everywhere. Is P recomputed against the right L, and is it P (not "
-            "dS) that meets dO?",
-            "Steps 1-3: P_ij = exp(S_ij - L_i) with S_ij = scale * q_i . k_j; dV_j = sum_i "
-            "P_dropped_ij dO_i."),
-        ("dK", "everywhere"): (
-            "dK is wrong where dV is right. Which of the two tiles in shared memory does dK "
-            "need, and which row of it?",
-            "Steps 2-3: dS_ij = P_ij (dP_ij - D_i), and dK_j += dS_ij Q_i over the rows i."),
-    },
+    hints=BACKWARD_HINTS,
     kernels=("attn_flash_bwd_dkdv", "attn_flash_bwd_preprocess"),
     picture=("attn_flash_bwd_dkdv", ("dQ", "dK", "dV")),
 )
@@ -308,19 +237,9 @@ DROPOUT_BACKWARD = Exercise(
     kernel="attn_flash_bwd.cu",
     intro=("The forward dropped P_ij with Z_ij from Philox at (seed, offset) and the element's",
            "index; nothing was stored. The backward must draw the very same Z_ij again, and",
-           "apply it where the forward did. Every case here runs with dropout."),
-    steps={
-        1: StepText(("z = Z_ij / (1 - p) for this (i, j): dropout_factor(drop, index) with the",
-                     "index the forward used, the element's position in a contiguous",
-                     "(B, H, Nq, Nk) array; 0 where P_ij = 0 (masked: no word drawn).",
-                     "Defines: z."),
-                    ("const float z = 1.0f;",)),
-        2: StepText(("Where Z enters: dV needs the dropped P (O = P_dropped V), and dP, the",
-                     "gradient reaching the undropped P, is (dO_i . V_j) * z (dpd holds",
-                     "dO_i . V_j).",
-                     "The lines below are the no-dropout version: make them right with dropout."),
-                    ("Pds[ii][y] = p;", "dSs[ii][y] = p * (dpd - Ds[ii]);")),
-    },
+           "apply it where the forward did: in the dK/dV kernel (steps 1-2) and in the",
+           "deterministic dQ kernel (step 3). Every case here runs with dropout."),
+    steps=DROPOUT_STEPS,
     outputs=GRADS,
     cases=grid(dropout_grid, dropout_base=0.2),
     inputs=qkv, run=run_backward, truth=truth_backward, traffic=traffic_backward,
@@ -331,16 +250,7 @@ DROPOUT_BACKWARD = Exercise(
         "z_not_in_dv": ("the gradients with Z applied to dP but not to P in dV",
                         _when(lambda o: True, z_in_dv=False)),
     },
-    hints={
-        "everywhere": (
-            "The gradients are wrong everywhere. Is the mask of the backward the mask the "
-            "forward drew: the same function, seed, offset and index?",
-            "Step 1: z = dropout_factor(drop, (bh * Nq + i) * Nk + j), the forward's own call "
-            "(attn_flash_fwd.cu); step 2: Pds = p * z, dS = p * (dpd * z - D)."),
-        ("dV", "factor"): (
-            "dV is off by one factor. Is the kept P scaled by 1 / (1 - p), as the forward's?",
-            "dropout_factor already returns Z / (1 - p): multiply by it once."),
-    },
+    hints=DROPOUT_HINTS,
     kernels=("attn_flash_bwd_dkdv",),
     picture=("attn_flash_bwd_dkdv", ("dQ", "dK", "dV")),
 )

@@ -35,8 +35,9 @@ GENERIC = {
     "dropout": (
         "It is wrong only with dropout. Is every P_ij that reaches O (or a gradient) scaled by "
         "its own Z_ij / (1 - p)?",
-        "P_dropped_ij = P_ij * dropout_factor(drop, index), index = ((b*H + h)*Nq + i)*Nk + j, "
-        "the same call as the forward's; l and L sum the undropped P."),
+        "Every P_ij that reaches O or a gradient is multiplied by its own factor Z_ij / (1 - p), "
+        "drawn by philox.cuh from (seed, offset) and the element's index in a contiguous "
+        "(B, H, Nq, Nk) array, exactly as the forward draws it; l and L sum the undropped P."),
     "large": (
         "It is wrong only when the scores are large. Does any exp() see a large positive "
         "argument?",
@@ -107,8 +108,8 @@ GENERIC = {
     "not_merged": (
         "Each lane normalised the row by what it saw alone. What must every lane know before "
         "it writes its part of the row?",
-        "The row's max and sum are reductions over all 32 lanes: combine the lanes' (m, l) "
-        "with __shfl_xor_sync until each lane holds the row's, then write."),
+        "The row's max and sum are reductions over all 32 lanes: merge the lanes' (m, l) with "
+        "shuffles until each lane holds the row's, then write."),
     "incomplete_merge": (
         "Groups of lanes never met in the merge. Which rounds of the butterfly does your loop "
         "run?",
@@ -116,8 +117,9 @@ GENERIC = {
         "after them every lane has combined with every other."),
     "not_reduced": (
         "Each lane used only its own part of D. What makes D the row's sum and not the lane's?",
-        "D_i sums over all keys of the row, which 32 lanes share: add the lanes' partial sums "
-        "with a warp reduction (group_sum<WARP>) before forming dS."),
+        "D_i sums over all keys of the row, which 32 lanes share: the lanes' partial sums are "
+        "added across the warp (common.cuh has a reduction), and every lane needs the total "
+        "before dS is formed."),
     "no_p_in_d": (
         "D is the sum of dP alone. What exactly does D_i sum?",
         "D_i = sum_j P_ij dP_ij (= rowsum(dO_i * O_i)): each term is a product."),

@@ -91,13 +91,25 @@ ROW_SOFTMAX = Exercise(
     intro=("One warp per row: lane j visits the columns j, j + 32, j + 64, ... You write the",
            "lane's online (m, l) and the butterfly that merges the 32 lanes' (m, l)."),
     steps={
-        1: StepText(("For the lane's columns c = lane, lane + WARP, ...: m = running max of",
-                     "x_c, l = running sum of exp(x_c - m), rescaled by exp(m_old - m_new)",
-                     "whenever m grows. While every value seen is -inf, leave l = 0."), ()),
-        2: StepText(("Merge the lanes: for offset = 16, 8, 4, 2, 1 take the (m, l) of lane",
-                     "lane ^ offset with __shfl_xor_sync(FULL_MASK, value, offset) and combine:",
-                     "m = max(m_a, m_b), l = l_a exp(m_a - m) + l_b exp(m_b - m); a lane that",
-                     "saw only -inf (m = -inf) weighs 0. After it every lane holds the row's."),
+        1: StepText(("Each lane keeps the online softmax state of the columns it visits (c = lane,",
+                     "lane + WARP, ...): m, the largest value seen so far, and l, the sum of",
+                     "exp(x_c - m) over them. When a new value raises m, every term already in l",
+                     "was taken against the old max: bring l to the new one (a factor e^(m_old -",
+                     "m_new)) before the new term joins. Why: exp of a value minus the running max",
+                     "is at most 1, so nothing overflows however large x is. Pitfall: while every",
+                     "value seen is -inf (a masked prefix) m is -inf too, and -inf - (-inf) is",
+                     "NaN: nothing has been summed yet, so l stays 0 until a finite value arrives.",
+                     "Updates: m, l."),
+                    ()),
+        2: StepText(("After step 1 each lane holds (m, l) of its own columns; the softmax needs",
+                     "the row's. Merge the 32 states in a butterfly: in each round every lane",
+                     "exchanges (m, l) with the lane whose index differs in one bit (a shuffle by",
+                     "xor; FULL_MASK names all 32 lanes) and keeps the merge of the two: the",
+                     "larger max, and the two sums each brought to it before they are added (step",
+                     "1's rescale). Five rounds (log2 32), the distance halving from 16 to 1, and",
+                     "every lane holds the row's (m, l). Pitfall: a lane that saw no column (C <",
+                     "32) or only -inf has m = -inf, l = 0: its share of the merged sum is 0, not",
+                     "exp(-inf - (-inf)) = NaN. Updates: m, l, in every lane."),
                     ()),
     },
     outputs=(Output("y", ("r", "c"), {"r": SOFTMAX_ROWS_PER_BLOCK, "c": WARP}),),
@@ -118,15 +130,15 @@ ROW_SOFTMAX = Exercise(
     picture=("softmax_rows", ("y",)),
     hints={
         "one_tile": (
-            "Rows shorter than the warp are wrong. What do the lanes that see no column hold, "
-            "and what do they add to the merge?",
-            "A lane with no column keeps m = -inf, l = 0; in the merge it must weigh 0, not "
-            "exp(-inf - -inf) = NaN."),
+            "Rows shorter than the warp are wrong. What do the lanes that see no column hold, and "
+            "what do they add to the merge?",
+            "A lane with no column ends step 1 with m = -inf and l = 0; in step 2 its share of "
+            "the merged sum must be 0, and its m must never meet another -inf inside an exponent."),
         "everywhere": (
             "y is wrong everywhere. After the merge, does every lane hold the row's (m, l), or "
             "only its own?",
-            "Step 2: five butterfly rounds (offsets 16..1) of __shfl_xor_sync, each combining "
-            "both m and l, leave the same row values in all 32 lanes."),
+            "Step 2: the merge runs once per bit of the lane index, and each round updates both m "
+            "and l in every lane; afterwards all 32 lanes agree on the row's m and l."),
     },
 )
 
@@ -187,15 +199,30 @@ NAIVE_SOFTMAX = Exercise(
     name="naive_softmax", lab="02", title="the naive forward's softmax, writing P to HBM",
     kernel="attn_naive_fwd.cu",
     intro=("attn_naive_softmax: one warp per row i of S (B, H, Nq, Nk), lane j visiting the keys",
-           "j, j + 32, ... You write each lane's running (m, l) and the pass that writes P;",
-           "the merge of the lanes is given. Masked scores are -inf in S."),
+           "j, j + 32, ... You write each lane's running (m, l), the merge of the 32 lanes",
+           "(lab 01's butterfly, here over a row of S) and the pass that writes P. Masked",
+           "scores are -inf in S."),
     steps={
-        1: StepText(("For the lane's keys: m = running max, l = running sum of exp(S_ij - m),",
-                     "rescaled by exp(m_old - m_new) when m grows; skip the update while",
-                     "everything seen is -inf (exp(-inf - -inf) would be NaN)."), ()),
-        2: StepText(("P_ij = exp(S_ij - m) / l for the lane's keys j, into row i of P (it starts",
-                     "at P + row * Nk; s points at row i of S). A row that sees no key (m = -inf,",
-                     "l = 0) gets P = 0: subtract 0 there and scale by 0."), ()),
+        1: StepText(("Each lane keeps the online softmax state of its keys (j = lane, lane + WARP,",
+                     "...; s points at row i of S): m, the largest score seen so far, and l, the",
+                     "sum of exp(S_ij - m) over them, brought to the new max (a factor e^(m_old -",
+                     "m_new)) whenever m grows. Pitfall: masked scores are -inf; while everything",
+                     "a lane has seen is -inf, -inf - (-inf) would be NaN: leave (m, l) as they",
+                     "are until a finite score arrives. Updates: m, l."),
+                    ()),
+        2: StepText(("Merge the 32 lanes' (m, l) so that every lane holds the row's: lab 01's",
+                     "butterfly, five rounds of a shuffle by xor, each lane keeping the larger max",
+                     "and the sum of both sums brought to it. Pitfall: a lane that saw only -inf",
+                     "(or no key: Nk < 32) has m = -inf and l = 0, and must add 0 to the merged",
+                     "sum, not NaN. Updates: m, l, in every lane."),
+                    ()),
+        3: StepText(("P_ij = exp(S_ij - m_i) / l_i for the lane's keys j, written to row i of P",
+                     "(it starts row * Nk elements into P, as s does into S); 1 / l once per row,",
+                     "not a division per key. Pitfall: a row that sees no key (causal, Nq > Nk)",
+                     "has m = -inf and l = 0: its P is 0, so it subtracts 0 instead of m and",
+                     "scales by 0 instead of 1 / l (every S_ij is still read once, as the traffic",
+                     "model counts)."),
+                    ()),
     },
     outputs=(Output("P", ("b", "h", "i", "j"), {"i": SOFTMAX_ROWS, "j": WARP}),
              Output("O", ("b", "h", "i", "c"), {})),
@@ -288,9 +315,16 @@ NAIVE_DS = Exercise(
     intro=("attn_naive_bwd_ds: the softmax's backward, one warp per row i, reading the stored P",
            "and dP = dO V^T from HBM. D_i = sum_j dP_ij P_ij equals rowsum(dO_i * O_i)."),
     steps={
-        1: StepText(("D = sum over this lane's keys of dP[row + j] * P[row + j], then summed over",
-                     "the warp (group_sum<WARP>), so that every lane holds the row's D_i."), ()),
-        2: StepText(("dS[row + j] = P_ij * (dP_ij - D_i) for the lane's keys j."), ()),
+        1: StepText(("D_i = sum_j dP_ij P_ij over the whole row i (it equals rowsum(dO_i * O_i)).",
+                     "Each lane sums the terms of its keys (j = lane, lane + WARP, ...; row i",
+                     "starts `row` elements into P and dP); the row's sum needs the 32 partial",
+                     "sums added together, and every lane needs the total for step 2: a reduction",
+                     "over the warp (common.cuh has one). Updates: D."),
+                    ()),
+        2: StepText(("dS_ij = P_ij (dP_ij - D_i) for the lane's keys, into dS at the place P and",
+                     "dP are read from. Why: the softmax's Jacobian, diag(P_i) - P_i P_i^T,",
+                     "applied to dP_i."),
+                    ()),
     },
     outputs=(Output("dS", ("b", "h", "i", "j"), {"i": SOFTMAX_ROWS, "j": WARP}),
              Output("dQ", ("b", "h", "i", "c"), {}), Output("dK", ("b", "h", "j", "c"), {}),
@@ -305,7 +339,8 @@ NAIVE_DS = Exercise(
         ("dS", "everywhere"): (
             "dS is wrong everywhere. Is D the sum over the whole row, the same value in every "
             "lane, when dS is formed?",
-            "Step 1: each lane sums its keys' dP * P, then group_sum<WARP> adds the 32 partial "
-            "sums; step 2 uses that D for every key of the row."),
+            "Step 1: D_i sums over all of row i's keys, which 32 lanes share: their partial sums "
+            "must be added across the warp, and the total reach every lane, before step 2 uses "
+            "it."),
     },
 )

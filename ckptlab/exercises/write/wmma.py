@@ -78,12 +78,24 @@ WMMA_TILE_EXERCISE = Exercise(
            "As (16 x KT) and Bs (KT x 16), row-major, in shared memory; you load them into the",
            "fragments a and b, multiply-accumulate into acc, and at the end store acc to Cs."),
     steps={
-        1: StepText(("wmma::load_matrix_sync(fragment, pointer to the tile's first element,",
-                     "leading dimension): the leading dimension is the row length of the tile",
-                     "in shared memory (As is 16 x KT, Bs is KT x 16)."), ()),
-        2: StepText(("wmma::mma_sync(d, a, b, c) computes d = a b + c; accumulate into acc."), ()),
-        3: StepText(("wmma::store_matrix_sync(pointer, fragment, leading dimension, layout):",
-                     "Cs is 16 x 16, row-major (wmma::mem_row_major)."), ()),
+        1: StepText(("Load the staged tiles into the fragments, the whole warp together",
+                     "(wmma::load_matrix_sync, one call per fragment): A's 16 x KT tile As into a,",
+                     "B's KT x 16 tile Bs into b. Each load needs where the tile starts in shared",
+                     "memory and its leading dimension: the distance, in elements, from one row to",
+                     "the next, i.e. the row length of that tile as declared. As and Bs differ,",
+                     "and KT is 16 for the 16-bit types but 8 in the tf32 instantiation of the",
+                     "same file."),
+                    ()),
+        2: StepText(("One tensor-core multiply-accumulate of the tile pair, the whole warp",
+                     "together (wmma::mma_sync): acc becomes a b + acc. acc carries the sum over",
+                     "the k-tiles: it was zero-filled before the loop, and each k-tile's product",
+                     "is added to what the earlier ones left."),
+                    ()),
+        3: StepText(("Store the accumulator into the shared tile Cs (wmma::store_matrix_sync):",
+                     "where Cs starts, its leading dimension (a row of Cs holds 16 elements) and",
+                     "its layout, which must be the one Cs is read in below (Cs[r][c]: row-major).",
+                     "The given code then copies Cs to C."),
+                    ()),
     },
     outputs=(Output("C", ("r", "c"), {"r": WMMA_TILE, "c": WMMA_TILE}),),
     cases=(
@@ -101,19 +113,20 @@ WMMA_TILE_EXERCISE = Exercise(
     picture=("wmma_gemm", ("C",)),
     hints={
         "tile_transposed": (
-            "Every tile of C comes out transposed. In which layout does the accumulator go "
-            "into Cs, and in which is Cs read?",
-            "Step 3: Cs is read row-major (Cs[r][c]); store_matrix_sync must write it with "
-            "wmma::mem_row_major and a leading dimension of 16."),
+            "Every tile of C comes out transposed. In which layout does the accumulator go into "
+            "Cs, and in which is Cs read?",
+            "Step 3: Cs is read row by row (Cs[r][c]); the store must name the row-major layout "
+            "and a row length of 16."),
         "multi_tile": (
-            "C is right with one k-tile and wrong with several. What happens to the "
-            "accumulator from one k-tile to the next?",
-            "Step 2: mma_sync(acc, a, b, acc) adds this k-tile's product to acc; passing a "
-            "zeroed or fresh fragment as c keeps only the last k-tile."),
+            "C is right with one k-tile and wrong with several. What happens to the accumulator "
+            "from one k-tile to the next?",
+            "Step 2: the accumulator must be both the C operand and the result, so that each "
+            "k-tile's product is added to what the earlier ones left; a zeroed or fresh fragment "
+            "as C keeps only the last k-tile."),
         "everywhere": (
-            "C is wrong everywhere. Is each fragment loaded with the leading dimension of its "
-            "own tile?",
-            "Step 1: As rows are KT long, Bs rows 16; a wrong leading dimension reads the tile "
-            "with another shape."),
+            "C is wrong everywhere. Is each fragment loaded with the leading dimension of its own "
+            "tile?",
+            "Step 1: a leading dimension is the row length of the tile being loaded: As rows are "
+            "KT elements long, Bs rows 16; another value reads the tile with another shape."),
     },
 )
