@@ -57,6 +57,7 @@ def test_a_kernel_once_told_right_is_caught(name, old, new, status, output, patt
     assert report.pattern in patterns, text
     if status == FAULT:
         assert text.splitlines()[0].startswith(f"fault: {name}, in case {case}"), text
+        assert "every case ran clean in the default instantiation; this one is " in text, text
     else:
         assert report.finding.output == output and report.finding.case.label == case, text
 

@@ -128,6 +128,15 @@ def _table(ex, results: dict) -> list[str]:
     return out
 
 
+def _only_there(ex, case) -> list[str]:
+    """For a fault in another instantiation than the default: a line saying which, and that
+    the default one ran every case clean."""
+    if not case.variant:
+        return []
+    what = next(c.phrase for c in ex.cases if c.label == case.variant)
+    return [f"every case ran clean in the default instantiation; this one is {what}"]
+
+
 def _instantiations(ex) -> str:
     """The 'right' line's list of cases: the default instantiation's, then the others."""
     default = [c.label for c in ex.cases if not c.variant]
@@ -251,7 +260,7 @@ def check(ex, file=None, hint: int = 1, picture_path=None) -> Report:
                 pattern = feedback.fault_pattern(e)
                 return Report(ex.name, FAULT, [
                     f"{FAULT}: {ex.name}, in case {case.label} ({case.describe()})",
-                    *feedback.fault_report(e, shown, text),
+                    *feedback.fault_report(e, shown, text), *_only_there(ex, case),
                     f"hint {min(hint, 2)}: " + hint_for(ex.hints, None, pattern, hint), *still],
                     pattern=pattern)
             except Exception as e:  # a GPU build error (NVRTC) arrives as CuPy's own type
