@@ -48,7 +48,7 @@ GENERIC = {
         "While the running max is still -inf, exp(x - m) would be exp(-inf + inf) = NaN: skip "
         "the update (l stays 0) until a finite value arrives; a row of only -inf gives 0."),
     "negative": (
-        "It is wrong only when every score is strongly negative (about -180). What is the "
+        "It is wrong only when every score is strongly negative (far below -100). What is the "
         "running max before the first score arrives, and what does exp give far below it?",
         "The max subtracted must be the row's own: start it at -inf, so that the largest term "
         "is exp(0) = 1; exp of anything below about -104 is 0 in fp32, and a row summing to "
