@@ -7,8 +7,10 @@ it (process start, imports, build, every case, the byte count), for every exerci
 
 Each is the solution (the lab's own kernel; for a from-scratch exercise, scratch/NAME, its file
 with the lab's kernel bodies written in), so every case runs to the end. Prints the median and
-the range over --repeats runs, the machine's load average beside them (the machine is shared:
-a busy one is slower).
+the range over --repeats runs of the wall time, the median CPU time (user + system, of the
+command and the compilers it starts) and the machine's load average beside them. The check runs
+on one core, so on an idle machine its wall time is its CPU time; on a busy, shared one the wall
+time grows with the load and the CPU time stays.
 
     python bench/exercise_times.py [--repeats 3] [--only flash_forward,scratch/flash_forward]
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -42,15 +45,22 @@ def solution_file(name: str, folder: Path) -> Path:
     return path
 
 
-def run(name: str, path: Path, cache: str) -> float:
+def cpu_seconds() -> float:
+    """User + system time of every finished child process so far (and theirs)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run(name: str, path: Path, cache: str) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one `exercise check` of `path`."""
     env = {**os.environ, "CKPTLAB_CACHE_DIR": cache}
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     out = subprocess.run([sys.executable, "-m", "ckptlab", "exercise", "check", name, "--file",
                           str(path)], capture_output=True, text=True, env=env, cwd=ROOT)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, cpu_seconds() - c0
     if out.returncode != 0:
         raise SystemExit(f"{name}: the solution did not pass:\n{out.stdout}{out.stderr}")
-    return seconds
+    return seconds, cpu
 
 
 def main(argv=None) -> int:
@@ -63,8 +73,8 @@ def main(argv=None) -> int:
     names = [n for n in a.only.split(",") if n] or [*write.EXERCISES, *write.SCRATCH]
     for n in names:
         write.get(n)  # an unknown name stops here, before any work
-    print(f"{'exercise':<24}{'cold s (median, range)':>28}{'warm s (median, range)':>28}"
-          f"{'load':>8}")
+    print(f"{'exercise':<24}{'cold s (median, range)':>24}{'cpu s':>7}"
+          f"{'warm s (median, range)':>24}{'cpu s':>7}{'load':>7}")
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             path = solution_file(name, Path(tmp))
@@ -75,10 +85,12 @@ def main(argv=None) -> int:
                     warm.append(run(name, path, cache))
             load = os.getloadavg()[0]
 
-            def cell(xs):
-                return f"{statistics.median(xs):6.1f} [{min(xs):.1f}-{max(xs):.1f}]"
+            def cell(runs):
+                wall = [w for w, _ in runs]
+                return (f"{statistics.median(wall):6.1f} [{min(wall):.1f}-{max(wall):.1f}]"
+                        .rjust(24) + f"{statistics.median(c for _, c in runs):7.1f}")
 
-            print(f"{name:<24}{cell(cold):>28}{cell(warm):>28}{load:>8.2f}")
+            print(f"{name:<24}{cell(cold)}{cell(warm)}{load:>7.2f}")
     return 0
 
 

@@ -13,10 +13,11 @@ import sys
 import pytest
 from kernel_mistakes import MISTAKES
 
-from ckptlab import device
+from ckptlab import device, emu
 from ckptlab.exercises import write
-from ckptlab.exercises.write import hints, regions
+from ckptlab.exercises.write import flash_cases, hints, regions
 from ckptlab.exercises.write.check import NO_BUILD
+from ckptlab.kernels.table import instantiations, tile_head_dim
 
 NAMES = list(write.KERNELS)
 
@@ -50,15 +51,29 @@ def test_a_shipped_exercise_is_not_attempted(name):
     assert write.status(name) == write.NOT_ATTEMPTED
 
 
+def launchable(ex) -> set:
+    """Every kernel the wrappers can launch from the exercise's file at the check's head dims
+    and tiles: its extern "C" kernels and the template instantiations table.instantiations
+    lists (what `python -m ckptlab kernels` compiles)."""
+    source = (device.KERNELS_DIR / ex.kernel).read_text()
+    dims = {tile_head_dim(c.sizes["d"]) for c in ex.cases if "d" in c.sizes}
+    return set(emu.kernel_names(source)) | set(
+        instantiations(ex.kernel, tuple(sorted(dims)) or (32,), tiles=flash_cases.TILES))
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_the_solution_is_right_and_moves_the_models_bytes(name, tmp_path):
     """The exercise filled with the kernel's lines passes every case, and its counted and unique
-    bytes equal the model's argument by argument."""
+    bytes equal the model's argument by argument; on its way the check launched every kernel
+    the wrappers can launch from the file (every template instantiation)."""
     path = tmp_path / f"{name}.cu"
     path.write_text(solved(name))
-    report = write.check(name, file=path)
+    with emu.record() as rec:
+        report = write.check(name, file=path)
     assert report.status == write.RIGHT, str(report)
     assert "the same bytes as the shipped kernel" in str(report), str(report)
+    missing = launchable(write.get(name)) - {launch.kernel for launch in rec.launches}
+    assert not missing, f"{name}: the check never launches {sorted(missing)}"
 
 
 def _plant(name, old, new, tmp_path, hint=1):

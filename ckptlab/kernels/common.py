@@ -187,6 +187,13 @@ def poison_value(value: float):
         _fill = previous
 
 
+def still_poison(a) -> np.ndarray:
+    """Elements of `a` (a NumPy array) that hold the poison outputs are filled with now: NaN, or
+    the value of poison_value: what a kernel left unwritten, or a computed NaN where it is NaN."""
+    a = np.asarray(a)
+    return np.isnan(a) if np.isnan(_fill) else a == np.float32(_fill)
+
+
 def poisoned(shape):
     """A new fp32 array of the target filled with NaN: an unwritten element can't pass."""
     xp = device.xp()

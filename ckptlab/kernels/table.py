@@ -122,11 +122,12 @@ def dq_name(d: int, Br: int, Bc: int, stored: bool) -> str:
     return template_name("attn_flash_bwd_dq", tile_head_dim(d), Br, Bc, stored)
 
 
-def instantiations(filename: str, tile_dims=TILE_HEAD_DIMS) -> list[str]:
+def instantiations(filename: str, tile_dims=TILE_HEAD_DIMS, tiles=None) -> list[str]:
     """The template instantiations the wrappers launch by default from a kernel file, for
     every tile head dim (so every head dim d), flash and stored, and in the backward both dQ
     modes: what `python -m ckptlab kernels` compiles and reports. `tile_dims` narrows the list
-    (the wrappers load one tile head dim at a time)."""
+    (the wrappers load one tile head dim at a time); `tiles` = (Br, Bc) names the flash
+    kernels' instantiations at those tiles instead of the defaults (a launch with `tiles=`)."""
     if filename == "wmma_gemm.cu":
         return [template_name("wmma_gemm", t) for t in WMMA_TYPES]
     if filename in ("attn_flash_fwd_tc.cu", "attn_flash_bwd_tc.cu"):
@@ -138,10 +139,11 @@ def instantiations(filename: str, tile_dims=TILE_HEAD_DIMS) -> list[str]:
     for D in tile_dims:
         for stored in (False, True):
             if filename == "attn_flash_fwd.cu":
-                names.append(fwd_name(D, *FWD_TILES[D], stored))
+                names.append(fwd_name(D, *(tiles or FWD_TILES[D]), stored))
             elif filename == "attn_flash_bwd.cu":
-                names += [dkdv_name(D, *BWD_TILES[D], det, stored) for det in (False, True)]
-                names.append(dq_name(D, *BWD_TILES[D], stored))
+                t = tiles or BWD_TILES[D]
+                names += [dkdv_name(D, *t, det, stored) for det in (False, True)]
+                names.append(dq_name(D, *t, stored))
     return names
 
 

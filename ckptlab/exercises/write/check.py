@@ -91,8 +91,12 @@ def display_name(path: Path) -> str:
 
 
 def _compare(ex, case, out, truth) -> list:
+    """The outputs of `case` that differ from float64 (an output that an instantiation does
+    not produce, absent from `out`, is not compared)."""
     failures = []
     for o in ex.outputs:
+        if o.name not in out:
+            continue
         x, r = np.asarray(device.to_numpy(out[o.name])), np.asarray(truth[o.name], np.float64)
         bad = mismatch(x, r, ex.rtol)
         if bad.any():
@@ -111,15 +115,45 @@ def _unwritten(ex, case, inputs, failures) -> None:
 
 
 def _table(ex, results: dict) -> list[str]:
-    """A line per case: its sizes, then per output 'ok' or its largest relative error."""
+    """A line per case run: its sizes, then per output 'ok' or its largest relative error
+    ('-': an output that case's instantiation does not produce)."""
     names = [o.name for o in ex.outputs]
-    width = max(len(c.label) for c in ex.cases) + 2
+    ran = [c for c in ex.cases if c.label in results]
+    width = max(len(c.label) for c in ran) + 2
     out = ["  " + "case".ljust(width) + "".join(f"{n:>10}" for n in names) + "   sizes"]
-    for c in ex.cases:
-        cells = results.get(c.label, {})
+    for c in ran:
+        cells = results[c.label]
         row = "".join(f"{cells.get(n, '-'):>10}" for n in names)
         out.append("  " + c.label.ljust(width) + row + "   " + c.describe())
+    later = [c for c in ex.cases if c.label not in results]
+    if later:
+        kinds = ", ".join(dict.fromkeys(c.variant for c in later))
+        out.append(f"  (and {len(later)} cases through the file's other instantiations ({kinds}):"
+                   " they run once every case above is right)")
     return out
+
+
+def _only_there(ex, case) -> list[str]:
+    """For a fault in another instantiation than the default: a line saying which, and that
+    the default one ran every case clean."""
+    if not case.variant:
+        return []
+    what = next(c.phrase for c in ex.cases if c.label == case.variant)
+    return [f"every case ran clean in the default instantiation; this one is {what}"]
+
+
+def _instantiations(ex) -> str:
+    """The 'right' line's list of cases: the default instantiation's, then the others."""
+    default = [c.label for c in ex.cases if not c.variant]
+    others: dict = {}
+    for c in ex.cases:
+        if c.variant:
+            others[c.variant] = others.get(c.variant, 0) + 1
+    text = f"{len(ex.cases)} cases: " + ", ".join(default)
+    if others:
+        text += ("; again through the file's other instantiations: "
+                 + ", ".join(f"{v} ({n} cases)" for v, n in others.items()))
+    return text
 
 
 def _cell(f: Failure) -> str:
@@ -242,6 +276,8 @@ def check(ex, file=None, hint: int = 1, picture_path=None, shipped=None) -> Repo
             emu.settings(mode="counted", race_check=True, watchdog_s=WATCHDOG_S):
         seen_inputs, arrays = {}, {}
         for case in ex.cases:
+            if case.variant and failures:  # the default instantiation first: fix that one
+                continue
             inputs = seen_inputs[case.label] = ex.inputs(case)
             try:
                 out = ex.run(case, inputs)
@@ -253,7 +289,7 @@ def check(ex, file=None, hint: int = 1, picture_path=None, shipped=None) -> Repo
                 pattern = feedback.fault_pattern(e)
                 return Report(ex.name, FAULT, [
                     f"{FAULT}: {ex.name}, in case {case.label} ({case.describe()})",
-                    *feedback.fault_report(e, shown, text),
+                    *feedback.fault_report(e, shown, text), *_only_there(ex, case),
                     f"hint {min(hint, 2)}: " + hint_for(ex.hints, None, pattern, hint), *still,
                     *_no_picture(picture_path, NO_PICTURE_FAULT)], pattern=pattern)
             except Exception as e:  # a GPU build error (NVRTC) arrives as CuPy's own type
@@ -262,13 +298,13 @@ def check(ex, file=None, hint: int = 1, picture_path=None, shipped=None) -> Repo
                                   *feedback.compile_report(str(e), shown, text), *still,
                                   *_no_picture(picture_path, NO_PICTURE_BUILD)])
                 raise
-            arrays[case.label] = {o.name: np.asarray(device.to_numpy(out[o.name]))
-                                  for o in ex.outputs}
+            made = [o.name for o in ex.outputs if o.name in out]
+            arrays[case.label] = {n: np.asarray(device.to_numpy(out[n])) for n in made}
             mine = _compare(ex, case, out, ex.truth(case, inputs))
             if mine:
                 _unwritten(ex, case, inputs, mine)
             failures += mine
-            results[case.label] = {o.name: "ok" for o in ex.outputs} | {
+            results[case.label] = {n: "ok" for n in made} | {
                 f.output.name: _cell(f) for f in mine}
         if failures:
             f = diagnose(failures, list(ex.cases), list(ex.outputs), ex.alternatives,
@@ -285,7 +321,7 @@ def check(ex, file=None, hint: int = 1, picture_path=None, shipped=None) -> Repo
                      *still]
             return Report(ex.name, WRONG, lines, finding=f, pattern=f.pattern)
         lines = [RIGHT, f"{ex.name}: every output of every case matches float64 "
-                 f"({len(ex.cases)} cases: " + ", ".join(c.label for c in ex.cases) + ")"]
+                 f"({_instantiations(ex)})"]
         if gpu:
             lines.append("(on the GPU: the race and bounds checks run on the emulator only; "
                          "`--device emu` runs them)")

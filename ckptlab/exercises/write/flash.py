@@ -13,6 +13,15 @@ from __future__ import annotations
 import numpy as np
 
 from ckptlab import device, reference
+from ckptlab.exercises.write.flash_cases import (
+    TILES,
+    cases_of,
+    grid,
+    on_device,
+    options,
+    qkv,
+    score_cases,
+)
 from ckptlab.exercises.write.flash_text import (
     BACKWARD_HINTS,
     BACKWARD_STEPS,
@@ -21,54 +30,14 @@ from ckptlab.exercises.write.flash_text import (
     FORWARD_HINTS,
     FORWARD_STEPS,
 )
-from ckptlab.exercises.write.spec import Case, Exercise, Output, fixed_normal
-from ckptlab.kernels import flash
+from ckptlab.exercises.write.spec import Exercise, Output
+from ckptlab.kernels import flash, stored
+from ckptlab.kernels.common import still_poison
 from ckptlab.measure import traffic
 
-TILES = (16, 16)  # (Br, Bc) of both kernels in the check: several tiles at small N
-SEED, OFFSET = 1234, 7
-
-
-def grid(extra=(), dropout_base: float = 0.0) -> tuple:
-    """The cases: base, then one change each."""
-    def case(label, phrase, Nq=32, Nk=32, d=32, H=2, **options):
-        options.setdefault("causal", False)
-        options.setdefault("dropout_p", dropout_base)
-        return Case(label, phrase, dict(B=1, H=H, Nq=Nq, Nk=Nk, d=d), options,
-                    seed=len(label) * 7919 + Nq * 31 + Nk)
-
-    return (
-        case("base", "the base case"),
-        case("one_tile", "a single query tile and a single key tile", Nq=16, Nk=16),
-        case("tail", "N not a multiple of the tile (a partial last tile)", Nq=37, Nk=37),
-        case("causal", "the causal mask", causal=True),
-        case("nq_lt_nk", "causal with more keys than queries (Nq < Nk)", Nq=20, Nk=37,
-             causal=True),
-        case("nq_gt_nk", "causal with rows that see no key (Nq > Nk)", Nq=37, Nk=20,
-             causal=True),
-        case("d_below", "a head dim below the tile head dim (d = 24, tiles 32 wide)", d=24),
-        *extra(case),
-    )
-
-
-def qkv(case: Case):
-    s = case.sizes
-    q, k, v, dO = fixed_normal(case.seed, (s["B"], s["H"], s["Nq"], s["d"]),
-                               (s["B"], s["H"], s["Nk"], s["d"]),
-                               (s["B"], s["H"], s["Nk"], s["d"]),
-                               (s["B"], s["H"], s["Nq"], s["d"]))
-    return {"q": q, "k": k, "v": v, "dO": dO}
-
-
-def _options(case: Case) -> dict:
-    o = case.options
-    return dict(causal=o["causal"], scale=o.get("scale"), dropout_p=o["dropout_p"],
-                seed=o.get("seed", SEED), offset=o.get("offset", OFFSET))
-
-
-def _device(inputs):
-    xp = device.xp()
-    return {k: xp.asarray(v) for k, v in inputs.items()}
+# the wrappers of each method: flash (STORED = false) and stored (STORED = true)
+FORWARDS = {False: flash.flash_forward, True: stored.stored_forward}
+BACKWARDS = {False: flash.flash_backward, True: stored.stored_backward}
 
 
 # ---- what a slip computes instead -----------------------------------------------------------
@@ -86,7 +55,7 @@ def slipped(case, inputs, *, mask="bottom_right", scale=None, dropout=True, z_in
     from the true L and using the true D = rowsum(dO * O) (both come from the shipped forward)
     with the slip applied only inside the backward."""
     q, k, v, dO = (inputs[n].astype(np.float64) for n in ("q", "k", "v", "dO"))
-    o = _options(case)
+    o = options(case)
     Nq, Nk, d = q.shape[-2], k.shape[-2], q.shape[-1]
     true_scale = o["scale"] or 1 / np.sqrt(d)
     scale = true_scale if scale is None else scale
@@ -117,7 +86,7 @@ def slipped(case, inputs, *, mask="bottom_right", scale=None, dropout=True, z_in
 def _when(condition, **kw):
     """An alternative truth, used only in the cases where `condition(options)` holds."""
     def alt(case, inputs):
-        return slipped(case, inputs, **kw) if condition(_options(case)) else None
+        return slipped(case, inputs, **kw) if condition(options(case)) else None
     return alt
 
 
@@ -135,15 +104,33 @@ BACKWARD_SLIPS = {**SLIPS, "no_D": ("the gradients with D left out of dS = P (dP
 
 
 # ---- the forward ---------------------------------------------------------------------------
+def _visible(case) -> np.ndarray:
+    """(Nq, Nk) bool: which scores the mask lets through (every one without causal)."""
+    return _mask(case, case.sizes["Nq"], case.sizes["Nk"], "bottom_right")
+
+
 def run_forward(case, inputs):
-    a = _device(inputs)
-    O, saved = flash.flash_forward(a["q"], a["k"], a["v"], **_options(case), tiles=TILES)
-    return {"O": O, "L": saved.tensors["L"]}
+    """The file's forward through the wrappers of the case's method (flash, or stored: S too,
+    its masked entries -inf where the kernel left them unwritten, as the backward reads them)."""
+    a = on_device(inputs)
+    is_stored = bool(case.options.get("stored"))
+    O, saved = FORWARDS[is_stored](a["q"], a["k"], a["v"], **options(case), tiles=TILES)
+    out = {"O": O, "L": saved.tensors["L"]}
+    if is_stored:
+        S = np.array(device.to_numpy(saved.tensors["S"]))
+        S[~_visible(case) & still_poison(S)] = -np.inf
+        out["S"] = S
+    return out
 
 
 def truth_forward(case, inputs):
-    O, L = reference.forward(inputs["q"], inputs["k"], inputs["v"], **_options(case))
-    return {"O": O, "L": L}
+    O, L = reference.forward(inputs["q"], inputs["k"], inputs["v"], **options(case))
+    out = {"O": O, "L": L}
+    if case.options.get("stored"):
+        q, k = inputs["q"].astype(np.float64), inputs["k"].astype(np.float64)
+        scale = options(case)["scale"] or 1 / np.sqrt(q.shape[-1])
+        out["S"] = np.where(_visible(case), scale * (q @ np.swapaxes(k, -1, -2)), -np.inf)
+    return out
 
 
 def traffic_forward(case):
@@ -161,12 +148,15 @@ FLASH_FORWARD = Exercise(
            "group r (LANES threads) owns query i = q0 + r. You write what each row does with a",
            "tile: its scores, the online softmax (m, l), the accumulator, and the end: O and L."),
     steps=FORWARD_STEPS,
-    outputs=(Output("O", ("b", "h", "i", "c"), ROWS), Output("L", ("b", "h", "i"), ROWS)),
-    cases=grid(lambda case: (
+    # S: the stored instantiation's only (the scores it writes for the backward)
+    outputs=(Output("O", ("b", "h", "i", "c"), ROWS), Output("L", ("b", "h", "i"), ROWS),
+             Output("S", ("b", "h", "i", "j"), {"i": TILES[0], "j": TILES[1]})),
+    cases=cases_of("attn_flash_fwd.cu", grid(lambda case: (
         case("large", "large scores (softmax scale 20: exp of a raw score overflows)",
              scale=20.0),
         case("dropout", "dropout (p = 0.2)", dropout_p=0.2),
-    )),
+        *score_cases(case),
+    ))),
     inputs=qkv, run=run_forward, truth=truth_forward, traffic=traffic_forward,
     alternatives=SLIPS,
     hints=FORWARD_HINTS,
@@ -177,16 +167,19 @@ FLASH_FORWARD = Exercise(
 
 # ---- the backward --------------------------------------------------------------------------
 def run_backward(case, inputs):
-    """The shipped forward, then the backward of the file being checked."""
-    a = _device(inputs)
-    _, saved = flash.flash_forward(a["q"], a["k"], a["v"], **_options(case), tiles=TILES)
-    dQ, dK, dV = flash.flash_backward(a["dO"], a["q"], a["k"], a["v"], saved, tiles=TILES)
+    """The shipped forward of the case's method, then the backward of the file being checked
+    (stored or flash, dQ by atomics or by the deterministic kernel)."""
+    a = on_device(inputs)
+    is_stored = bool(case.options.get("stored"))
+    _, saved = FORWARDS[is_stored](a["q"], a["k"], a["v"], **options(case), tiles=TILES)
+    dQ, dK, dV = BACKWARDS[is_stored](a["dO"], a["q"], a["k"], a["v"], saved, tiles=TILES,
+                                      deterministic=bool(case.options.get("deterministic")))
     return {"dQ": dQ, "dK": dK, "dV": dV}
 
 
 def truth_backward(case, inputs):
     dQ, dK, dV = reference.backward(inputs["dO"], inputs["q"], inputs["k"], inputs["v"],
-                                    **_options(case))
+                                    **options(case))
     return {"dQ": dQ, "dK": dK, "dV": dV}
 
 
@@ -212,10 +205,11 @@ FLASH_BACKWARD = Exercise(
            "atomics (steps 5-7). D_i = rowsum(dO_i * O_i) is given (preprocess)."),
     steps=BACKWARD_STEPS,
     outputs=GRADS,
-    cases=grid(lambda case: (
+    cases=cases_of("attn_flash_bwd.cu", grid(lambda case: (
         case("large", "large scores (softmax scale 20)", scale=20.0),
         case("dropout", "dropout (p = 0.2)", dropout_p=0.2),
-    )),
+        *score_cases(case, huge=False),
+    ))),
     inputs=qkv, run=run_backward, truth=truth_backward, traffic=traffic_backward,
     alternatives=BACKWARD_SLIPS,
     hints=BACKWARD_HINTS,
@@ -241,7 +235,7 @@ DROPOUT_BACKWARD = Exercise(
            "deterministic dQ kernel (step 3). Every case here runs with dropout."),
     steps=DROPOUT_STEPS,
     outputs=GRADS,
-    cases=grid(dropout_grid, dropout_base=0.2),
+    cases=cases_of("attn_flash_bwd.cu", grid(dropout_grid, dropout_base=0.2)),
     inputs=qkv, run=run_backward, truth=truth_backward, traffic=traffic_backward,
     alternatives={
         "no_dropout": SLIPS["no_dropout"],

@@ -48,6 +48,38 @@ GENERIC = {
         "everything a lane (or a row) has seen so far is -inf?",
         "While the running max is still -inf, exp(x - m) would be exp(-inf + inf) = NaN: skip "
         "the update (l stays 0) until a finite value arrives; a row of only -inf gives 0."),
+    "negative": (
+        "It is wrong only when every score is strongly negative (far below -100). What is the "
+        "running max before the first score arrives, and what does exp give far below it?",
+        "The max subtracted must be the row's own: start it at -inf, so that the largest term "
+        "is exp(0) = 1; exp of anything below about -104 is 0 in fp32, and a row summing to "
+        "0 has no softmax."),
+    "stored": (
+        "It is right in the flash instantiation and wrong in the stored one (STORED = true), "
+        "compiled from the same file. What does your step do there that flash never does?",
+        "With STORED the forward also writes every visible S_ij to HBM and the backward reads "
+        "S back instead of recomputing it: each row and key stored or read must be in range "
+        "(i < Nq, j < Nk) and visible."),
+    "deterministic": (
+        "It is right with dQ by atomics and wrong with the deterministic dQ (a second kernel, "
+        "DETERMINISTIC = true), compiled from the same file. What differs between the two?",
+        "With DETERMINISTIC the dK/dV kernel adds nothing to dQ; attn_flash_bwd_dq forms dS "
+        "again, row by row, and must agree with the dK/dV kernel's dS."),
+    "stored_deterministic": (
+        "It is wrong only in the stored method with the deterministic dQ. Which tiles does "
+        "that instantiation load, and does your step read one it does not?",
+        "There S comes from HBM and dQ from the second kernel, so the dK/dV kernel never loads "
+        "K: a step that recomputes S from Ks reads a tile nobody wrote."),
+    "tf32": (
+        "It is right for the 16-bit types and wrong for tf32, compiled from the same file. "
+        "What is different about the tf32 tiles?",
+        "tf32 fragments are m16n16k8: there As is 16 x 8 and Bs 8 x 16, so a size or leading "
+        "dimension written as 16 for them reads past the tile: take it from the tile's shape."),
+    "float16": (
+        "It is right for bfloat16 and wrong for float16, compiled from the same file. What in "
+        "your step depends on the input type?",
+        "Both 16-bit types share the tile shapes (m16n16k16); only the element type differs: "
+        "anything typed in your step must follow the template's T, not one type written out."),
     "heads": (
         "Only the first (b, h) is right. Where in each array does head bh begin?",
         "Head bh = blockIdx.y (or .z) starts bh * Nq * d into Q and O, bh * Nk * d into K and V "
@@ -186,10 +218,15 @@ FAMILY = {
     "first_tile_i": "first_tile", "first_tile_j": "first_tile",
     "top_left": "nq_lt_nk", "no_mask": "causal", "no_dropout": "dropout",
     "merge_missing_1": "incomplete_merge", "merge_missing_16": "incomplete_merge",
+    "huge": "large",
 }
 
 
 def family(pattern: str) -> str:
+    """The GENERIC key for `pattern`. A case run through another instantiation of the file,
+    "variant+case", takes the variant's: its case passed in the default instantiation."""
+    if "+" in pattern:
+        return family(pattern.split("+", 1)[0])
     if pattern in GENERIC:
         return pattern
     if pattern in FAMILY:

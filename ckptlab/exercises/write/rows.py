@@ -14,6 +14,7 @@ import zlib
 import numpy as np
 
 from ckptlab import device, reference
+from ckptlab.exercises.write.flash_cases import shaped_scores
 from ckptlab.exercises.write.spec import Case, Exercise, Output, StepText, fixed_normal
 from ckptlab.kernels import naive
 from ckptlab.kernels.common import ceil_div, poisoned
@@ -41,7 +42,7 @@ def softmax64(x: np.ndarray) -> np.ndarray:
 # ---- row_softmax: kernels/softmax_rows.cu ----------------------------------------------------
 def rows_inputs(case):
     (x,) = fixed_normal(case.seed, (case.sizes["R"], case.sizes["C"]))
-    x = x * np.float32(case.options.get("gain", 1.0))
+    x = x * np.float32(case.options.get("gain", 1.0)) + np.float32(case.options.get("shift", 0))
     masked = case.options.get("masked", 0)
     if masked:  # the first `masked` columns of every other row are -inf, and row 1 entirely
         x[::2, :masked] = -np.inf
@@ -121,6 +122,10 @@ ROW_SOFTMAX = Exercise(
         _case("masked", "-inf entries (masked scores; row 1 entirely)", R=9, C=70, masked=40),
         _case("large", "large values (x * 100: exp of a raw value overflows)", R=9, C=64,
               gain=100.0),
+        _case("negative", "every value strongly negative (x - 1000: exp of a raw value "
+              "underflows to 0)", R=9, C=64, shift=-1000.0),
+        _case("huge", "values of magnitude up to about 1e4 (x * 3000)", R=9, C=64,
+              gain=3000.0),
     ),
     inputs=rows_inputs, run=rows_run,
     truth=lambda case, inputs: {"y": softmax64(inputs["x"])},
@@ -145,9 +150,11 @@ ROW_SOFTMAX = Exercise(
 
 # ---- naive_softmax: attn_naive_softmax in kernels/attn_naive_fwd.cu --------------------------
 def scores_inputs(case):
+    """q, k, v; q and k shaped by the case's `scores` option as the flash exercises' are."""
     s = case.sizes
     q, k, v = fixed_normal(case.seed, (s["B"], s["H"], s["Nq"], s["d"]),
                            (s["B"], s["H"], s["Nk"], s["d"]), (s["B"], s["H"], s["Nk"], s["d"]))
+    q, k = shaped_scores(case, q, k)
     return {"q": q, "k": k, "v": v}
 
 
@@ -228,7 +235,12 @@ NAIVE_SOFTMAX = Exercise(
              Output("O", ("b", "h", "i", "c"), {})),
     cases=attn_cases() + (
         _case("large", "large scores (softmax scale 20)", B=1, H=2, Nq=20, Nk=64, d=16,
-              scale=20.0),),
+              scale=20.0),
+        _case("negative", "every score strongly negative (about -256: exp(S) underflows to 0 "
+              "unless the row max is subtracted)", B=1, H=2, Nq=20, Nk=64, d=16,
+              scores="negative"),
+        _case("huge", "scores of magnitude up to about 1e4 (exp(S) overflows unless the row "
+              "max is subtracted)", B=1, H=2, Nq=20, Nk=64, d=16, scores="huge")),
     inputs=scores_inputs, run=naive_softmax_run, truth=naive_softmax_truth,
     traffic=lambda case: [naive_traffic_of(case, "attn_naive_softmax")],
     kernels=("attn_naive_softmax",),

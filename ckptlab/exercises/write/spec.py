@@ -4,6 +4,13 @@ the cases it is checked on, its outputs and the hints for each way they go wrong
 A case changes one thing from the exercise's first case, "base" (a tail tile, the causal mask,
 Nq != Nk, a head dim below the tile...), so that which cases fail says what the kernel gets
 wrong: the checker's first clue, before it looks at the elements.
+
+The learner's file is compiled into more than one kernel when it is a template (the stored
+method beside flash, the deterministic dQ beside the atomic one, tf32 beside the 16-bit types):
+each such instantiation is a Variant, and the cases run through it follow the default's, the
+base case labelled with the variant's name ("stored") and any other "variant+case"
+("stored+tail"), so that the first case that fails still names the one thing that differs from
+a case that passed.
 """
 
 from __future__ import annotations
@@ -36,11 +43,41 @@ class Case:
     sizes: dict
     options: dict = field(default_factory=dict)
     seed: int = 0
+    variant: str = ""  # the Variant it runs through ("": the file's default instantiation)
 
     def describe(self) -> str:
         s = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
         o = ", ".join(f"{k}={v}" for k, v in self.options.items() if v not in (False, 0, 0.0))
         return s + (f", {o}" if o else "")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """An instantiation of the learner's file other than the default one: `options` select it
+    (what the run function reads), `cases` the labels of the cases run through it (every case
+    when empty)."""
+
+    label: str
+    phrase: str
+    options: dict
+    cases: tuple = ()
+
+
+def with_variants(cases: tuple, variants: tuple) -> tuple:
+    """`cases` (the default instantiation's, "base" first), then each variant's: "base" under
+    variant v is labelled v.label and says v.phrase, another case c is "v.label+c.label" and
+    says c's phrase "in the v.label instantiation"."""
+    out = list(cases)
+    for v in variants:
+        for c in cases:
+            if v.cases and c.label not in v.cases:
+                continue
+            label = v.label if c.label == cases[0].label else f"{v.label}+{c.label}"
+            phrase = (v.phrase if c.label == cases[0].label
+                      else f"{c.phrase}, in the {v.label} instantiation")
+            out.append(Case(label, phrase, c.sizes, {**c.options, **v.options}, c.seed,
+                            v.label))
+    return tuple(out)
 
 
 @dataclass(frozen=True)

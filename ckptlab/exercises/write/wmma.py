@@ -2,10 +2,12 @@
 16 x 16 tile of A and of B in shared memory (given); the learner loads them into fragments,
 multiplies and accumulates, and stores the accumulator.
 
-Checked in both 16-bit types, float16 and bfloat16, at sizes with a k-loop of several tiles
-and with tails in M, N and K. The truth is the float64 product of the 16-bit inputs as stored:
-their products are exact in fp32 (at most 11 significant bits each), so only the fp32 sums
-round.
+Checked in every type the file is instantiated for (table.instantiations: bfloat16 first,
+then float16 and tf32, whose tiles are m16n16k8), at sizes with a k-loop of several tiles and
+with tails in M, N and K. The truth is the float64 product of the inputs as the tensor core
+reads them: the 16-bit inputs as stored, tf32 inputs rounded to 11 significant bits as the
+kernel's __float_to_tf32 does (to nearest, ties away from zero). Their products are exact in
+fp32, so only the fp32 sums round.
 """
 
 from __future__ import annotations
@@ -15,13 +17,25 @@ import zlib
 import numpy as np
 
 from ckptlab import device
-from ckptlab.exercises.write.spec import Case, Exercise, Output, StepText, fixed_normal
+from ckptlab.exercises.write.spec import (
+    Case,
+    Exercise,
+    Output,
+    StepText,
+    Variant,
+    fixed_normal,
+    with_variants,
+)
 from ckptlab.kernels import wmma as wmma_kernels
 from ckptlab.kernels.common import ceil_div
-from ckptlab.kernels.table import WARP, WMMA_TILE
+from ckptlab.kernels.table import WARP, WMMA_TILE, instantiations
 from ckptlab.measure import traffic
 
-CTYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16"}
+# the case option `dtype` -> the C type T of wmma_gemm<T> it runs (tf32: fp32 arrays)
+CTYPES = {"bfloat16": "__nv_bfloat16", "float16": "__half", "tf32": "float"}
+DEFAULT = "bfloat16"
+PHRASES = {"float16": "float16 inputs", "tf32": "tf32 inputs (fp32 arrays, m16n16k8 tiles: "
+           "KT = 8)"}
 
 
 def _dtype(name: str):
@@ -29,18 +43,44 @@ def _dtype(name: str):
         import ml_dtypes  # imported only for bf16: it is slow to import
 
         return ml_dtypes.bfloat16
-    return np.float16
+    return {"float16": np.float16, "tf32": np.float32}[name]
 
 
-def _case(label, phrase, M, N, K, dtype="bfloat16"):
+def _case(label, phrase, M, N, K, dtype=DEFAULT):
     return Case(label, phrase, dict(M=M, N=N, K=K), dict(dtype=dtype),
                 seed=zlib.crc32(label.encode()) % 10_000)
+
+
+def variants() -> tuple:
+    """A Variant for every type but the default that the wrappers instantiate the file for
+    (table.instantiations, the list `python -m ckptlab kernels` compiles). tf32 skips
+    "one_tile": with k-tiles of 8, K = 16 is two of them."""
+    by_ctype = {c: name for name, c in CTYPES.items()}
+    out = []
+    for kernel in instantiations("wmma_gemm.cu"):
+        name = by_ctype[kernel[kernel.index("<") + 1:-1]]
+        if name != DEFAULT:
+            only = ("base", "tail") if name == "tf32" else ()
+            out.append(Variant(name, PHRASES[name], {"dtype": name}, only))
+    return tuple(out)
+
+
+def rna_tf32(x: np.ndarray) -> np.ndarray:
+    """x rounded to tf32 (11 significant bits, to nearest, ties away from zero), in float64:
+    what __float_to_tf32 gives."""
+    m, e = np.frexp(np.asarray(x, np.float64))
+    return np.ldexp(np.sign(m) * np.floor(np.abs(m) * 2048 + 0.5), e - 11)
 
 
 def inputs(case):
     s, dt = case.sizes, _dtype(case.options["dtype"])
     A, B = fixed_normal(case.seed, (s["M"], s["K"]), (s["K"], s["N"]))
     return {"A": A.astype(dt), "B": B.astype(dt)}
+
+
+def _read(a: np.ndarray) -> np.ndarray:
+    """An input as the tensor core multiplies it, in float64 (fp32 arrays: rounded to tf32)."""
+    return rna_tf32(a) if a.dtype == np.float32 else a.astype(np.float64)
 
 
 def run(case, arrays):
@@ -55,7 +95,7 @@ def run(case, arrays):
 
 
 def truth(case, arrays):
-    return {"C": arrays["A"].astype(np.float64) @ arrays["B"].astype(np.float64)}
+    return {"C": _read(arrays["A"]) @ _read(arrays["B"])}
 
 
 def transposed_tiles(case, arrays):
@@ -98,12 +138,11 @@ WMMA_TILE_EXERCISE = Exercise(
                     ()),
     },
     outputs=(Output("C", ("r", "c"), {"r": WMMA_TILE, "c": WMMA_TILE}),),
-    cases=(
+    cases=with_variants((
         _case("base", "the base case (bfloat16)", 32, 32, 48),
         _case("one_tile", "a single k-tile (K = 16)", 32, 32, 16),
         _case("tail", "M, N and K not multiples of 16", 37, 29, 45),
-        _case("float16", "float16 inputs", 32, 32, 48, dtype="float16"),
-    ),
+    ), variants()),
     inputs=inputs, run=run, truth=truth,
     alternatives={"tile_transposed": ("A B with every 16 x 16 tile transposed",
                                       transposed_tiles)},
