@@ -210,7 +210,7 @@ def check(ex, file=None, hint: int = 1, picture_path=None) -> Report:
     results: dict = {}
     failures: list = []
     gpu = device.target() == "cuda"
-    with device.kernel_file(ex.kernel, text, name=shown), \
+    with device.kernel_file(ex.kernel, text, name=shown, poison_locals=True), \
             emu.settings(mode="counted", race_check=True, watchdog_s=WATCHDOG_S):
         seen_inputs, arrays = {}, {}
         for case in ex.cases:
@@ -247,6 +247,7 @@ def check(ex, file=None, hint: int = 1, picture_path=None) -> Report:
                 still = still + picture(ex, f.case, seen_inputs[f.case.label], picture_path)
             lines = [f"{WRONG}: {ex.name}: {f.where}.",
                      f"  e.g. {f.example}",
+                     *(f"  also {o.where}." for o in f.others),
                      "each case against float64 ('ok', else the largest error relative to the "
                      "output's largest magnitude):", *_table(ex, results),
                      f"hint {min(hint, 2)}: " + hint_for(ex.hints, f.output, f.pattern, hint),

@@ -15,6 +15,7 @@ import zlib
 import numpy as np
 
 from ckptlab import device
+from ckptlab.exercises.write.slips import WMMA_SLIPS
 from ckptlab.exercises.write.spec import Case, Exercise, Output, StepText, fixed_normal
 from ckptlab.kernels import wmma as wmma_kernels
 from ckptlab.kernels.common import ceil_div
@@ -94,7 +95,7 @@ WMMA_TILE_EXERCISE = Exercise(
     ),
     inputs=inputs, run=run, truth=truth,
     alternatives={"tile_transposed": ("A B with every 16 x 16 tile transposed",
-                                      transposed_tiles)},
+                                      transposed_tiles), **WMMA_SLIPS},
     traffic=lambda case: [traffic.wmma_gemm(case.sizes["M"], case.sizes["N"], case.sizes["K"],
                                             CTYPES[case.options["dtype"]])],
     kernels=tuple(f"wmma_gemm<{c}>" for c in CTYPES.values()),
@@ -110,6 +111,13 @@ WMMA_TILE_EXERCISE = Exercise(
             "accumulator from one k-tile to the next?",
             "Step 2: mma_sync(acc, a, b, acc) adds this k-tile's product to acc; passing a "
             "zeroed or fresh fragment as c keeps only the last k-tile."),
+        **{key: (
+            "Part of C is wrong, or never reached it. Which elements of the shared tiles does "
+            "each fragment load or store touch, with the leading dimension you gave it?",
+            "Steps 1 and 3: each wmma load and store walks its tile row by row, row r at "
+            "pointer + r * (leading dimension): give each call the row length of the tile it "
+            "reads or writes (As, Bs, Cs), so that it covers the whole tile and nothing past "
+            "it.") for key in ("unwritten", "nan", "part", "access", "tail")},
         "everywhere": (
             "C is wrong everywhere. Is each fragment loaded with the leading dimension of its "
             "own tile?",
