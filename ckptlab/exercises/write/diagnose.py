@@ -231,7 +231,8 @@ def alternative(f: Failure, alternatives: dict, inputs: dict, outputs: dict, rto
         if key not in memo:
             args = (f.case, inputs[f.case.label]) + ((mine,) if getattr(fn, "fits", False)
                                                       else ())
-            memo[key] = fn(*args)
+            with np.errstate(all="ignore"):  # a slip's truth may hold inf and NaN
+                memo[key] = fn(*args)
         alt = memo[key]
         if alt is None or f.output.name not in alt:
             continue
