@@ -208,6 +208,20 @@ GENERIC = {
         "of D multiply?",
         "D_i is a row sum of products: each term pairs the softmax's probability with its "
         "gradient (equivalently the output row with its gradient), summed over the whole row."),
+    "race_heads": (
+        "Blocks of different heads wrote the same element. Where in the output does the part "
+        "of head bh begin?",
+        "Each (b, h) owns its own slice of every per-head array, starting at bh times the "
+        "elements one head has there: an index without that offset sends every head to the "
+        "first head's slice."),
+    "ds_only": (
+        "dV is right and dQ, dK are wrong. What goes into dQ and dK that does not go into dV?",
+        "Both come from dS = P (dP - D) and dV does not: check which two rows your dP's dot "
+        "product pairs (a row of dO with a row of V), and that D is the row's D."),
+    "o_only": (
+        "L is right and O is wrong. What does O need that L does not?",
+        "O sums P V over the tiles, rescaled whenever the max grows, and is divided by l once "
+        "at the end: check the accumulator's update and the final division."),
     "index_swap": (
         "The result is what the transposed matrix gives. In your indexing, which index is the "
         "row and which the column?",

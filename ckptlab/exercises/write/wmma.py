@@ -111,13 +111,6 @@ WMMA_TILE_EXERCISE = Exercise(
             "accumulator from one k-tile to the next?",
             "Step 2: mma_sync(acc, a, b, acc) adds this k-tile's product to acc; passing a "
             "zeroed or fresh fragment as c keeps only the last k-tile."),
-        **{key: (
-            "Part of C is wrong, or never reached it. Which elements of the shared tiles does "
-            "each fragment load or store touch, with the leading dimension you gave it?",
-            "Steps 1 and 3: each wmma load and store walks its tile row by row, row r at "
-            "pointer + r * (leading dimension): give each call the row length of the tile it "
-            "reads or writes (As, Bs, Cs), so that it covers the whole tile and nothing past "
-            "it.") for key in ("unwritten", "nan", "part", "access", "tail")},
         "everywhere": (
             "C is wrong everywhere. Is each fragment loaded with the leading dimension of its "
             "own tile?",
