@@ -169,12 +169,12 @@ def _bytes(ex, case, inputs) -> list[str]:
 
 
 def _second_look(ex, text, shown, f, failures, arrays, results):
-    """The finding to lead with once a second look is taken (evidence.py): a local read before
-    it is set (the failing case rerun with locals at 0), else what the right outputs beside
-    the wrong ones say where the finding is only "wrong everywhere"; `f` and its others follow
-    it."""
-    if f.rank >= 6 or f.pattern == "uninit":
-        return f
+    """The finding to lead with once a second look is taken (evidence.py), where the first
+    says little (a NaN, a zero, a factor, a part, "everywhere"): a local read before it is set
+    (the failing case rerun with locals at 0), else what the right outputs beside the wrong
+    ones say where the finding is only "wrong everywhere"; `f` and its others follow it."""
+    if f.rank > 2:  # a slip, a class, a case or "across tiles" already says more (and the
+        return f     # rerun costs a second build of the file: ~1-3 s)
     failure = next(x for x in failures
                    if x.output.name == f.output and x.case.label == f.case.label)
     better = evidence.uninitialised_local(ex, text, shown, failure, arrays[f.case.label],
