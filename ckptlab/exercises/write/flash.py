@@ -178,7 +178,7 @@ FLASH_FORWARD = Exercise(
         case("dropout", "dropout (p = 0.2)", dropout_p=0.2),
     )),
     inputs=qkv, run=run_forward, truth=truth_forward, traffic=traffic_forward,
-    alternatives={**SLIPS, "scale_squared": slips.SCALE_SQUARED},
+    alternatives={**SLIPS, "scale_squared": slips.scale_squared(slipped)},
     hints={
         "multi_tile": (
             "O is right with one key tile and wrong with several. When a later tile raises a "
@@ -262,7 +262,8 @@ FLASH_BACKWARD = Exercise(
         case("dropout", "dropout (p = 0.2)", dropout_p=0.2),
     )),
     inputs=qkv, run=run_backward, truth=truth_backward, traffic=traffic_backward,
-    alternatives={**BACKWARD_SLIPS, **slips.FLASH_BACKWARD_SLIPS},
+    alternatives={**BACKWARD_SLIPS, "scale_squared": slips.scale_squared(slipped),
+                  **slips.backward_slips(_options, _mask)},
     hints={
         ("dQ", "multi_tile"): (
             "dQ is right when a single K/V block runs and wrong when several do. How do the "
@@ -331,7 +332,8 @@ DROPOUT_BACKWARD = Exercise(
                         _when(lambda o: True, z_in_dp=False)),
         "z_not_in_dv": ("the gradients with Z applied to dP but not to P in dV",
                         _when(lambda o: True, z_in_dv=False)),
-        **{k: v for k, v in slips.FLASH_BACKWARD_SLIPS.items() if k.startswith("wrong_D")},
+        **{k: v for k, v in slips.backward_slips(_options, _mask).items()
+           if k.startswith("wrong_D")},
     },
     hints={
         "everywhere": (

@@ -26,66 +26,64 @@ def tile_transposed(x: np.ndarray, t: int = TILE) -> np.ndarray:
     return np.swapaxes(tiles, -1, -3).reshape(*lead, Rp, Cp)[..., :R, :C]
 
 
-def flash_backward(case, inputs, *, s_scale=None, swap_s=False, swap_p_dv=False,
-                   swap_ds_dk=False, D=None) -> dict:
-    """dQ, dK, dV as the backward kernel forms them (P from the true L, the true D unless `D`
-    names another: "L" or "own term"), with one slip in its own steps."""
-    from ckptlab.exercises.write import flash
+def backward_slips(options, mask) -> dict:
+    """The flash backward's slips in its own steps (pattern -> (what, truth)); `options` and
+    `mask` are flash.py's (a case's launch options, its visibility mask)."""
+    def grads(case, inputs, *, swap_s=False, swap_p_dv=False, swap_ds_dk=False, D=None):
+        """dQ, dK, dV as the backward kernel forms them (P from the true L, the true D unless
+        `D` names another: "L" or "own term"), with one slip."""
+        q, k, v, dO = (inputs[n].astype(np.float64) for n in ("q", "k", "v", "dO"))
+        o = options(case)
+        Nq, Nk, d = q.shape[-2], k.shape[-2], q.shape[-1]
+        scale = o["scale"] or 1 / np.sqrt(d)
+        O_true, L_true = reference.forward(*(inputs[n] for n in "qkv"), **o)
+        S = scale * (q @ np.swapaxes(k, -1, -2))
+        if swap_s:
+            S = tile_transposed(S)
+        seen = mask(case, Nq, Nk, "bottom_right")
+        Z = reference.dropout_factor((*q.shape[:2], Nq, Nk), o["dropout_p"], o["seed"],
+                                     o["offset"])
+        with np.errstate(invalid="ignore", over="ignore"):
+            P = np.where(seen & np.isfinite(L_true)[..., None], np.exp(S - L_true[..., None]),
+                         0.0)
+        dP = (dO @ np.swapaxes(v, -1, -2)) * Z
+        if D == "L":
+            Dv = np.where(np.isfinite(L_true), L_true, 0.0)[..., None]
+        elif D == "own term":
+            Dv = P * dP
+        else:
+            Dv = (dO * O_true).sum(axis=-1, keepdims=True)
+        dS = P * (dP - Dv)
+        Pd = P * Z
+        dV = np.swapaxes(tile_transposed(Pd) if swap_p_dv else Pd, -1, -2) @ dO
+        dK = scale * (np.swapaxes(tile_transposed(dS) if swap_ds_dk else dS, -1, -2) @ q)
+        return {"dQ": scale * (dS @ k), "dK": dK, "dV": dV}
 
-    q, k, v, dO = (inputs[n].astype(np.float64) for n in ("q", "k", "v", "dO"))
-    o = flash._options(case)
-    Nq, Nk, d = q.shape[-2], k.shape[-2], q.shape[-1]
-    scale = o["scale"] or 1 / np.sqrt(d)
-    O_true, L_true = reference.forward(*(inputs[n] for n in "qkv"), **o)
-    S = (scale if s_scale is None else s_scale) * (q @ np.swapaxes(k, -1, -2))
-    if swap_s:
-        S = tile_transposed(S)
-    seen = flash._mask(case, Nq, Nk, "bottom_right")
-    Z = reference.dropout_factor((*q.shape[:2], Nq, Nk), o["dropout_p"], o["seed"], o["offset"])
-    with np.errstate(invalid="ignore", over="ignore"):
-        P = np.where(seen & np.isfinite(L_true)[..., None], np.exp(S - L_true[..., None]), 0.0)
-    dP = (dO @ np.swapaxes(v, -1, -2)) * Z
-    if D == "L":
-        Dv = np.where(np.isfinite(L_true), L_true, 0.0)[..., None]
-    elif D == "own term":
-        Dv = P * dP
-    else:
-        Dv = (dO * O_true).sum(axis=-1, keepdims=True)
-    dS = P * (dP - Dv)
-    Pd = P * Z
-    dV = np.swapaxes(tile_transposed(Pd) if swap_p_dv else Pd, -1, -2) @ dO
-    dK = scale * (np.swapaxes(tile_transposed(dS) if swap_ds_dk else dS, -1, -2) @ q)
-    return {"dQ": scale * (dS @ k), "dK": dK, "dV": dV}
+    def slip(**kw):
+        return lambda case, inputs: grads(case, inputs, **kw)
+
+    return {
+        "swap_p_dv": ("the gradients with P in place of P^T in dV (each tile's P read as "
+                      "P[j][i]: an index swap)", slip(swap_p_dv=True)),
+        "swap_qk": ("the gradients with the roles of Q and K swapped in S (each tile's S read "
+                    "transposed: an index swap)", slip(swap_s=True)),
+        "swap_ds_dk": ("the gradients with dS in place of dS^T in dK (an index swap)",
+                       slip(swap_ds_dk=True)),
+        "wrong_D_L": ("the gradients with L_i where D_i belongs in dS = P (dP - D): D from the "
+                      "wrong quantity", slip(D="L")),
+        "wrong_D_term": ("the gradients with D_i replaced by this entry's own P_ij dP_ij: one "
+                         "term of D's row sum, not the sum", slip(D="own term")),
+    }
 
 
-def _backward(**kw):
-    return lambda case, inputs: flash_backward(case, inputs, **kw)
-
-
-def _scale_squared(case, inputs):
-    from ckptlab.exercises.write import flash
-
-    d = case.sizes["d"]
-    scale = case.options.get("scale") or 1 / np.sqrt(d)
-    return flash.slipped(case, inputs, scale=scale * scale)
-
-
-SCALE_SQUARED = ("what attention gives with the scores scaled twice (scale^2 q . k inside the "
-                 "softmax)", _scale_squared)
-
-FLASH_BACKWARD_SLIPS = {
-    "scale_squared": SCALE_SQUARED,
-    "swap_p_dv": ("the gradients with P in place of P^T in dV (each tile's P read as P[j][i]: "
-                  "an index swap)", _backward(swap_p_dv=True)),
-    "swap_qk": ("the gradients with the roles of Q and K swapped in S (each tile's S read "
-                "transposed: an index swap)", _backward(swap_s=True)),
-    "swap_ds_dk": ("the gradients with dS in place of dS^T in dK (an index swap)",
-                   _backward(swap_ds_dk=True)),
-    "wrong_D_L": ("the gradients with L_i where D_i belongs in dS = P (dP - D): D from the "
-                  "wrong quantity", _backward(D="L")),
-    "wrong_D_term": ("the gradients with D_i replaced by this entry's own P_ij dP_ij: one term "
-                     "of D's row sum, not the sum", _backward(D="own term")),
-}
+def scale_squared(slipped) -> tuple:
+    """The alternative "the scores scaled twice": `slipped` is flash.py's (a case's outputs with
+    one slip, here the scale)."""
+    def alt(case, inputs):
+        scale = case.options.get("scale") or 1 / np.sqrt(case.sizes["d"])
+        return slipped(case, inputs, scale=scale * scale)
+    return ("what attention gives with the scores scaled twice (scale^2 q . k inside the "
+            "softmax)", alt)
 
 
 # ---- naive_ds: D fitted from the learner's dS -------------------------------------------------
