@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from kernel_mistakes_classes import MISTAKES
-from test_kernel_exercises import _plant
+from test_kernel_exercises import _plant, _solution_code
 
 from ckptlab import device
 from ckptlab.emu.build import POISON_FLOAT, POISON_LOCALS
@@ -32,6 +32,10 @@ def test_a_mistake_of_a_class_is_named_for_its_class(i, tmp_path):
     assert key in (report.pattern, hints.family(report.pattern)), text
     assert WORDS[key] in text.splitlines()[0], text
     assert f"hint 1: {hints.GENERIC[key][0]}" in text or key == "factor", text
+    second = str(_plant(name, old, new, tmp_path, hint=2))
+    hint_lines = [ln for ln in (text + "\n" + second).splitlines() if ln.startswith("hint")]
+    for code in _solution_code(name):  # no hint gives away a line of the solution
+        assert all(code not in h for h in hint_lines), code
 
 
 def test_every_wrong_output_is_diagnosed_and_the_most_telling_leads(tmp_path):
