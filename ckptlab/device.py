@@ -22,6 +22,7 @@ KERNELS_DIR = Path(
 _forced: str | None = None  # set by use(); wins over the environment
 _modules: dict = {}  # (target, file, source digest, options, name_expressions) -> module
 _overrides: dict = {}  # kernel file name -> (source text, name errors use); see kernel_file()
+_poisoned: dict = {}  # overridden file -> "pattern" or "zero": how its locals start (emulator)
 
 
 class DeviceError(RuntimeError):
@@ -151,15 +152,21 @@ def kernel_source(filename: str) -> str:
 
 
 @contextlib.contextmanager
-def kernel_file(filename: str, source: str, name: str | None = None):
+def kernel_file(filename: str, source: str, name: str | None = None,
+                poison_locals: bool | str = False):
     """Inside the block, load(filename) compiles `source` instead of kernels/<filename>: how a
     learner's own kernel runs behind the lab's launch wrappers, which stay as they are. `name`
     is the file name compile errors and faults report (the learner's own path); headers still
-    come from kernels/. Blocks nest; each restores what was there before."""
+    come from kernels/. With `poison_locals`, on the emulator every local variable of the file
+    starts as a huge negative pattern (emu.build.POISON_LOCALS), so a read before the first
+    write shows; with poison_locals="zero", as 0 (to compare the two). Blocks nest; each
+    restores what was there before."""
     if not isinstance(source, str):
         raise TypeError(f"source must be the kernel's text (a str), got {type(source).__name__}")
-    previous = _overrides.get(filename)
+    previous, was = _overrides.get(filename), _poisoned.pop(filename, None)
     _overrides[filename] = (source, name or filename)
+    if poison_locals:
+        _poisoned[filename] = "zero" if poison_locals == "zero" else "pattern"
     try:
         yield
     finally:
@@ -167,6 +174,9 @@ def kernel_file(filename: str, source: str, name: str | None = None):
             _overrides.pop(filename, None)
         else:
             _overrides[filename] = previous
+        _poisoned.pop(filename, None)
+        if was is not None:
+            _poisoned[filename] = was
 def kernel_header(filename: str, keep=(), drop=()) -> str:
     """The header comment of kernels/<filename> (every line before the first #include), as a
     lab prints it: only its paragraphs (runs of lines between blank `//` lines) that contain one
@@ -219,7 +229,7 @@ def load(filename: str, options: tuple = (), name_expressions: tuple | None = No
     code = kernel_source(filename)
     shown = _overrides[filename][1] if filename in _overrides else filename
     digest = hashlib.sha256(code.encode()).hexdigest()[:16] if filename in _overrides else None
-    key = (name, filename, digest, options, names)
+    key = (name, filename, digest, options, names, _poisoned.get(filename))
     if key in _modules:
         return _modules[key]
     include = (f"-I{KERNELS_DIR}",)
@@ -233,7 +243,10 @@ def load(filename: str, options: tuple = (), name_expressions: tuple | None = No
         )
     else:
         from ckptlab import emu
+        from ckptlab.emu.build import poison_locals_flag
 
+        if filename in _poisoned:
+            options = options + poison_locals_flag(_poisoned[filename])
         module = emu.RawModule(
             code=code, options=include + options, name_expressions=names, name=shown
         )

@@ -130,13 +130,41 @@ def _include_dirs(options) -> list[str]:
     return [d for d in dirs if d]
 
 
+# Under the exercise check, every local variable a thread declares starts as a pattern (GCC's
+# 0xFE bytes: a float of -1.69e38), as compute-sanitizer's initcheck would flag its first read:
+# an accumulator never set to 0 then reads that huge value instead of whatever the register
+# held before (finite garbage that looks like any other wrong sum). Filling the fibers' stacks
+# would not do: at -O2 such a local lives in a register, never on the stack.
+POISON_LOCALS = "-ftrivial-auto-var-init=pattern"
+ZERO_LOCALS = "-ftrivial-auto-var-init=zero"  # the same locals set to 0: a second run compares
+POISON_GCC = 12  # the first GCC with the option
+POISON_FLOAT = float.fromhex("-0x1.fdfdfcp+126")  # 0xFEFEFEFE read as a float
+
+
+def poison_locals_flag(kind: str = "pattern") -> tuple[str, ...]:
+    """(POISON_LOCALS,) (or ZERO_LOCALS for kind "zero") where the compiler knows it (GCC >=
+    12), else () (older GCC: the check runs without it, as before)."""
+    cxx = compiler()
+    if cxx not in _poison_ok:
+        out = subprocess.run([cxx, "-dumpfullversion"], capture_output=True, text=True)
+        m = re.match(r"(\d+)\.", out.stdout.strip() + ".")
+        _poison_ok[cxx] = bool(m) and int(m[1]) >= POISON_GCC
+    if not _poison_ok[cxx]:
+        return ()
+    return (ZERO_LOCALS,) if kind == "zero" else (POISON_LOCALS,)
+
+
+_poison_ok: dict = {}
+
+
 def host_flags(options) -> list[str]:
-    """Keep the options that mean the same to g++ (-I, -D, -U); NVRTC-only ones are dropped."""
+    """Keep the options that mean the same to g++ (-I, -D, -U, and the poison of locals);
+    NVRTC-only ones are dropped."""
     keep, it = [], iter(options)
     for opt in it:
         if opt in ("-I", "-D", "-U"):
             keep += [opt, next(it, "")]
-        elif opt[:2] in ("-I", "-D", "-U"):
+        elif opt[:2] in ("-I", "-D", "-U") or opt in (POISON_LOCALS, ZERO_LOCALS):
             keep.append(opt)
     return keep
 

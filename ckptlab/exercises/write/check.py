@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from ckptlab import device, emu
-from ckptlab.exercises.write import feedback, files, regions
+from ckptlab.exercises.write import evidence, feedback, files, regions
+from ckptlab.exercises.write.class_hints import hints_of
 from ckptlab.exercises.write.diagnose import Failure, diagnose, mismatch
 from ckptlab.exercises.write.hints import hint as hint_for
 from ckptlab.kernels.common import poison_value
@@ -206,6 +207,25 @@ def _bytes(ex, case, inputs) -> list[str]:
     return out
 
 
+def _second_look(ex, text, shown, f, failures, arrays, results):
+    """The finding to lead with once a second look is taken (evidence.py), where the first
+    says little (a NaN, a zero, a factor, a part, "everywhere"): a local read before it is set
+    (the failing case rerun with locals at 0), else what the right outputs beside the wrong
+    ones say where the finding is only "wrong everywhere"; `f` and its others follow it."""
+    if f.rank > 2:  # a slip, a class, a case or "across tiles" already says more (and the
+        return f     # rerun costs a second build of the file: ~1-3 s)
+    failure = next(x for x in failures
+                   if x.output.name == f.output and x.case.label == f.case.label)
+    better = evidence.uninitialised_local(ex, text, shown, failure, arrays[f.case.label],
+                                          ex.rtol)
+    if better is None and f.pattern == "everywhere":
+        better = evidence.implied(ex, f, results)
+    if better is None:
+        return f
+    better.others = ([f] if better.where[:len(f.where)] != f.where else []) + f.others
+    return better
+
+
 def picture(ex, case, inputs, path, wrong=None) -> list[str]:
     """Draw who wrote each element of the exercise's outputs in `case` (the emulator's access
     trace of the learner's kernel) to `path` (PNG, PDF or SVG, as its suffix says); beside each
@@ -272,7 +292,7 @@ def check(ex, file=None, hint: int = 1, picture_path=None, shipped=None) -> Repo
     results: dict = {}
     failures: list = []
     gpu = device.target() == "cuda"
-    with device.kernel_file(ex.kernel, text, name=shown), \
+    with device.kernel_file(ex.kernel, text, name=shown, poison_locals=True), \
             emu.settings(mode="counted", race_check=True, watchdog_s=WATCHDOG_S):
         seen_inputs, arrays = {}, {}
         for case in ex.cases:
@@ -287,10 +307,15 @@ def check(ex, file=None, hint: int = 1, picture_path=None, shipped=None) -> Repo
                               *_no_picture(picture_path, NO_PICTURE_BUILD)])
             except emu.EmuError as e:
                 pattern = feedback.fault_pattern(e)
+                why = (evidence.race_in_another_head(ex, case, inputs, e)
+                       if pattern == "global_race" else None)
+                if why is not None:
+                    pattern = why[0]
                 return Report(ex.name, FAULT, [
                     f"{FAULT}: {ex.name}, in case {case.label} ({case.describe()})",
                     *feedback.fault_report(e, shown, text), *_only_there(ex, case),
-                    f"hint {min(hint, 2)}: " + hint_for(ex.hints, None, pattern, hint), *still,
+                    *([why[1]] if why else []),
+                    f"hint {min(hint, 2)}: " + hint_for(hints_of(ex), None, pattern, hint), *still,
                     *_no_picture(picture_path, NO_PICTURE_FAULT)], pattern=pattern)
             except Exception as e:  # a GPU build error (NVRTC) arrives as CuPy's own type
                 if gpu and type(e).__name__ == "CompileException":
@@ -309,15 +334,17 @@ def check(ex, file=None, hint: int = 1, picture_path=None, shipped=None) -> Repo
         if failures:
             f = diagnose(failures, list(ex.cases), list(ex.outputs), ex.alternatives,
                          seen_inputs, arrays, ex.rtol)
+            f = _second_look(ex, text, shown, f, failures, arrays, results)
             if picture_path is not None:
                 wrong = {m.output.name: m.bad for m in failures if m.case.label == f.case.label}
                 still = still + picture(ex, f.case, seen_inputs[f.case.label], picture_path,
                                         wrong)
             lines = [f"{WRONG}: {ex.name}: {f.where}.",
                      f"  e.g. {f.example}",
+                     *(f"  also {o.where}." for o in f.others),
                      "each case against float64 ('ok', else the largest error relative to the "
                      "output's largest magnitude):", *_table(ex, results),
-                     f"hint {min(hint, 2)}: " + hint_for(ex.hints, f.output, f.pattern, hint),
+                     f"hint {min(hint, 2)}: " + hint_for(hints_of(ex), f.output, f.pattern, hint),
                      *still]
             return Report(ex.name, WRONG, lines, finding=f, pattern=f.pattern)
         lines = [RIGHT, f"{ex.name}: every output of every case matches float64 "

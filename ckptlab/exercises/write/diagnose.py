@@ -13,9 +13,11 @@ Two kinds of evidence, in order:
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from ckptlab.exercises.write import classes
 
 
 # factors a slip typically multiplies an output by, tried in this order (value, name)
@@ -62,6 +64,27 @@ class Finding:
     where: str      # a sentence: where the output is wrong
     example: str    # one wrong element, yours against float64
     case: object
+    rank: int = 0   # how much the finding says about the cause (rank_of)
+    others: list = field(default_factory=list)  # the other wrong outputs' findings
+
+
+# patterns that name the cause's class whatever case shows them (classes.py, special factors)
+CLASSES = {"uninit", "lane0", "no_max", "scale_power", "dropout_scale"}
+
+
+def rank_of(pattern: str, alternative: bool = False, by_case: bool = False) -> int:
+    """How telling a finding is: a slip it equals (6), a class by its elements (5), the one
+    case that fails (4), "across tiles" or never written (3), a shape of the error (2), or
+    only "wrong everywhere" (1). The report leads with the most telling output's finding."""
+    if alternative:
+        return 6
+    if pattern in CLASSES:
+        return 5
+    if by_case:
+        return 4
+    if pattern in ("multi_tile", "unwritten"):
+        return 3
+    return 1 if pattern == "everywhere" else 2
 
 
 def _ranges(idx) -> str:
@@ -102,7 +125,8 @@ def _axis_pattern(f: Failure) -> tuple[str, str] | None:
 
 
 def _factor(f: Failure) -> tuple[str, str] | None:
-    """(pattern, sentence) when x = c * r for one constant c (over elements with r != 0)."""
+    """(pattern, sentence) when x = c * r for one constant c (over elements with r != 0); a
+    power of the softmax scale or the dropout scale's factor is a pattern of its own."""
     r, x = f.r, f.x.astype(np.float64)
     use = np.isfinite(r) & (np.abs(r) > 1e-6 * np.abs(r[np.isfinite(r)]).max(initial=0))
     if use.sum() < 2 or not np.isfinite(x[use]).all():
@@ -114,6 +138,9 @@ def _factor(f: Failure) -> tuple[str, str] | None:
     for value, name in factor_names(f.case):
         if abs(c / value - 1) < 1e-3:
             return "factor", f"everywhere by the same factor, {c:.6g} = {name}"
+    for value, name, pattern in classes.special_factors(f.case):
+        if abs(c / value - 1) < 1e-3:
+            return pattern, f"everywhere by the same factor, {c:.6g} = {name}"
     return "factor", f"everywhere by the same factor, {c:.6g}"
 
 
@@ -155,6 +182,9 @@ def locate(f: Failure) -> tuple[str, str]:
         return "unwritten", (f"{int(f.unwritten.sum())} of {total} elements were never written "
                              f"(they still hold the poison the output was filled with), e.g. "
                              f"{f.output.name}{tuple(int(i) for i in idx[0])}{where}")
+    for detect in (classes.uninitialised, classes.blow_up, classes.lane_zero):
+        if (found := detect(f)) is not None:
+            return found
     nonfinite = ~np.isfinite(f.x) & np.isfinite(f.r)
     if nonfinite.any():
         kinds = "NaN" if np.isnan(f.x[nonfinite]).all() else "NaN or inf"
@@ -182,57 +212,85 @@ def example(f: Failure) -> str:
     return f"{f.output.name}[{idx}] is {float(f.x[at]):.6g}, float64 says {float(f.r[at]):.6g}"
 
 
-def alternative(f: Failure, alternatives: dict, inputs: dict, outputs: dict, rtol: float):
+def same(x, alt, rtol: float) -> bool:
+    """x equals the alternative truth `alt` (within rtol; NaN where it has NaN too)."""
+    x = np.asarray(x, np.float64)
+    return not (mismatch(x, alt, rtol) & ~(np.isnan(x) & np.isnan(alt))).any()
+
+
+def alternative(f: Failure, alternatives: dict, inputs: dict, outputs: dict, rtol: float,
+                memo: dict | None = None):
     """(pattern, what) of the first alternative truth that the failing case's outputs equal,
-    every output the alternative gives (the wrong ones and the right ones alike), or None."""
+    every output the alternative gives (the wrong ones and the right ones alike), or None. An
+    alternative may fit itself to the learner's outputs (an attribute `fits` on its function:
+    it is called with them too) and say what it found (its dict's "_what")."""
     mine = outputs[f.case.label]  # output name -> the learner's array
+    memo = {} if memo is None else memo
     for pattern, (what, fn) in alternatives.items():
-        alt = fn(f.case, inputs[f.case.label])
+        key = (pattern, f.case.label)
+        if key not in memo:
+            args = (f.case, inputs[f.case.label]) + ((mine,) if getattr(fn, "fits", False)
+                                                      else ())
+            with np.errstate(all="ignore"):  # a slip's truth may hold inf and NaN
+                memo[key] = fn(*args)
+        alt = memo[key]
         if alt is None or f.output.name not in alt:
             continue
-        if not any(mismatch(x, np.asarray(alt[n], np.float64), rtol).any()
-                   for n, x in mine.items() if n in alt):
-            return pattern, what
+        if all(same(x, np.asarray(alt[n], np.float64), rtol) for n, x in mine.items()
+               if n in alt):
+            return pattern, alt.get("_what", what)
     return None
+
+
+def _output_finding(mine: list, cases: list, alternatives, inputs, results, rtol,
+                    memo) -> Finding:
+    """The finding for one output from its failures (one per failing case)."""
+    name = mine[0].output.name
+    first = next(f for c in cases for f in mine if f.case.label == c.label)
+    if alternatives and (alt := alternative(first, alternatives, inputs, results, rtol,
+                                            memo)) is not None:
+        where = (f"{name} is wrong in case {first.case.label} ({first.case.describe()}), and "
+                 f"it equals {alt[1]}")
+        return Finding(name, alt[0], where, example(first), first.case,
+                       rank_of(alt[0], alternative=True))
+    wrong = {f.case.label for f in mine}
+    base = cases[0].label
+    if base not in wrong:
+        phrases = [c.phrase for c in cases if c.label in wrong]
+        pattern, sub = locate(first)
+        where = (f"{name} is right in the base case and wrong only with: {'; '.join(phrases)}. "
+                 f"In the first of those ({first.case.describe()}): {sub}")
+        # the case names the cause's class; "never written" and a class of its own say more
+        if pattern == "unwritten" or pattern in CLASSES:
+            return Finding(name, pattern, where, example(first), first.case, rank_of(pattern))
+        return Finding(name, first.case.label, where, example(first), first.case,
+                       rank_of(first.case.label, by_case=True))
+    f = next(f for f in mine if f.case.label == base)
+    single = [c for c in cases if c.label == "one_tile"]
+    pattern, sub = locate(f)
+    if single and "one_tile" not in wrong:
+        where = (f"{name} is right with a single tile ({single[0].describe()}) and wrong with "
+                 f"more than one ({f.case.describe()}): {sub}")
+        if pattern not in ("unwritten", "nan") and pattern not in CLASSES:
+            pattern = "multi_tile"
+        return Finding(name, pattern, where, example(f), f.case, rank_of(pattern))
+    return Finding(name, pattern, f"{name} is wrong in every case. In the base case "
+                   f"({f.case.describe()}): {sub}", example(f), f.case, rank_of(pattern))
 
 
 def diagnose(failures: list, cases: list, outputs: list, alternatives: dict | None = None,
              inputs: dict | None = None, results: dict | None = None,
              rtol: float = 1e-4) -> Finding:
-    """The finding for the first output (in `outputs` order) that is wrong in any case. An
-    output that equals one of `alternatives` (pattern -> (what, truth function)) on its first
-    failing case, with every other output of that case (`results`: case label -> output name
-    -> array), is reported as that slip."""
+    """A finding for every wrong output (in `outputs` order), the most telling first (rank_of;
+    on a tie the earlier output): its `others` hold the rest. An output that equals one of
+    `alternatives` (pattern -> (what, truth function)) on its first failing case, with every
+    other output of that case (`results`: case label -> output name -> array), is reported as
+    that slip."""
     order = [o.name for o in outputs]
-    first = min(failures, key=lambda f: order.index(f.output.name))
-    name = first.output.name
-    mine = [f for f in failures if f.output.name == name]
-    if alternatives:
-        f = next(f for c in cases for f in mine if f.case.label == c.label)
-        if (alt := alternative(f, alternatives, inputs, results, rtol)) is not None:
-            where = (f"{name} is wrong in case {f.case.label} ({f.case.describe()}), and it "
-                     f"equals {alt[1]}")
-            return Finding(name, alt[0], where, example(f), f.case)
-    wrong = {f.case.label for f in mine}
-    base = cases[0].label
-    if base not in wrong:
-        f = next(f for c in cases for f in mine if f.case.label == c.label)
-        phrases = [c.phrase for c in cases if c.label in wrong]
-        pattern, sub = locate(f)
-        where = (f"{name} is right in the base case and wrong only with: {'; '.join(phrases)}. "
-                 f"In the first of those ({f.case.describe()}): {sub}")
-        # the case names the cause's class; only "never written" says more
-        return Finding(name, pattern if pattern == "unwritten" else f.case.label, where,
-                       example(f), f.case)
-    f = next(f for f in mine if f.case.label == base)
-    single = [c for c in cases if c.label == "one_tile"]
-    if single and "one_tile" not in wrong:
-        pattern, sub = locate(f)
-        where = (f"{name} is right with a single tile ({single[0].describe()}) and wrong with "
-                 f"more than one ({f.case.describe()}): {sub}")
-        if pattern not in ("unwritten", "nan"):
-            pattern = "multi_tile"
-        return Finding(name, pattern, where, example(f), f.case)
-    pattern, sub = locate(f)
-    return Finding(name, pattern, f"{name} is wrong in every case. In the base case "
-                   f"({f.case.describe()}): {sub}", example(f), f.case)
+    memo: dict = {}
+    found = [_output_finding([f for f in failures if f.output.name == name], cases,
+                             alternatives, inputs, results, rtol, memo)
+             for name in order if any(f.output.name == name for f in failures)]
+    main = max(found, key=lambda g: (g.rank, -order.index(g.output)))
+    main.others = [g for g in found if g is not main]
+    return main

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ckptlab import device, reference
+from ckptlab.exercises.write import slips
 from ckptlab.exercises.write.flash_cases import (
     TILES,
     cases_of,
@@ -158,7 +159,7 @@ FLASH_FORWARD = Exercise(
         *score_cases(case),
     ))),
     inputs=qkv, run=run_forward, truth=truth_forward, traffic=traffic_forward,
-    alternatives=SLIPS,
+    alternatives={**SLIPS, "scale_squared": slips.scale_squared(slipped)},
     hints=FORWARD_HINTS,
     kernels=("attn_flash_fwd",),
     picture=("attn_flash_fwd", ("O", "L")),
@@ -211,7 +212,8 @@ FLASH_BACKWARD = Exercise(
         *score_cases(case, huge=False),
     ))),
     inputs=qkv, run=run_backward, truth=truth_backward, traffic=traffic_backward,
-    alternatives=BACKWARD_SLIPS,
+    alternatives={**BACKWARD_SLIPS, "scale_squared": slips.scale_squared(slipped),
+                  **slips.backward_slips(options, _mask)},
     hints=BACKWARD_HINTS,
     kernels=("attn_flash_bwd_dkdv", "attn_flash_bwd_preprocess"),
     picture=("attn_flash_bwd_dkdv", ("dQ", "dK", "dV")),
@@ -243,6 +245,8 @@ DROPOUT_BACKWARD = Exercise(
                         _when(lambda o: True, z_in_dp=False)),
         "z_not_in_dv": ("the gradients with Z applied to dP but not to P in dV",
                         _when(lambda o: True, z_in_dv=False)),
+        **{k: v for k, v in slips.backward_slips(options, _mask).items()
+           if k.startswith("wrong_D")},
     },
     hints=DROPOUT_HINTS,
     kernels=("attn_flash_bwd_dkdv",),

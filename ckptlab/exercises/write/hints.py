@@ -208,6 +208,65 @@ GENERIC = {
         "that a GPU would not allow?",
         "The emulator names the kernel, block, thread and line: reproduce it with the smallest "
         "case that shows it."),
+    "uninit": (
+        "Some value is read before it is ever set: the check starts every local variable as "
+        "a huge negative pattern. Is every accumulator set before its first +=?",
+        "Name each running quantity of your step (a partial sum, a running max, a fragment "
+        "that accumulates) and find the line that gives it its starting value, before the "
+        "loop that adds to it; a sum starts at 0, a max at -inf."),
+    "lane0": (
+        "Only the elements lane 0 owns are right. After your reduction, which lanes hold the "
+        "row's value, and which still hold only their own part?",
+        "The row's sum (or max) must reach every lane that uses it: a reduction that shifts "
+        "down leaves the total in lane 0 only; one that exchanges (xor), or a broadcast from "
+        "lane 0 afterwards, gives it to all."),
+    "no_max": (
+        "An exp left fp32's range (inf, NaN or 0) where float64 is finite. Which number is "
+        "subtracted from each score before its exp?",
+        "Every exponent must be a score minus the row's running max, so that it is <= 0: the "
+        "largest term is then exp(0) = 1 and the sum can neither overflow nor be all 0; what "
+        "was summed under an older max is rescaled."),
+    "scale_power": (
+        "The result is off by a power of the softmax scale. How many times does the scale "
+        "enter between the dot product and this output?",
+        "The scale enters once, in the scores S = scale * q . k; in the backward once more, "
+        "in dQ and dK. A second multiplication (in S and again in the exponent, or twice in a "
+        "gradient) squares it."),
+    "dropout_scale": (
+        "The result is off by a factor that depends on the dropout rate p. What does a kept "
+        "element get multiplied by?",
+        "A kept element is scaled by 1 / (probability of keeping it), so that the expectation "
+        "is unchanged: the dropout factor already carries that scale, exactly once."),
+    "wrong_D": (
+        "D is one number per row, but not the right one. Which two quantities does each term "
+        "of D multiply?",
+        "D_i is a row sum of products: each term pairs the softmax's probability with its "
+        "gradient (equivalently the output row with its gradient), summed over the whole row."),
+    "race_heads": (
+        "Blocks of different heads wrote the same element. Where in the output does the part "
+        "of head bh begin?",
+        "Each (b, h) owns its own slice of every per-head array, starting at bh times the "
+        "elements one head has there: an index without that offset sends every head to the "
+        "first head's slice."),
+    "ds_only": (
+        "dV is right and dQ, dK are wrong. What goes into dQ and dK that does not go into dV?",
+        "Both come from dS = P (dP - D) and dV does not: check which two rows your dP's dot "
+        "product pairs (a row of dO with a row of V), and that D is the row's D."),
+    "o_only": (
+        "L is right and O is wrong. What does O need that L does not?",
+        "O sums P V over the tiles, rescaled whenever the max grows, and is divided by l once "
+        "at the end: check the accumulator's update and the final division."),
+    "index_swap": (
+        "The result is what the transposed matrix gives. In your indexing, which index is the "
+        "row and which the column?",
+        "Write next to each shared-memory read which of i (query) and j (key) it runs over: a "
+        "gradient of the keys sums over the queries, so it reads the tile by column."),
+    "leading_dim": (
+        "The tile product comes out of a tile read with another shape. What is the leading "
+        "dimension of each shared tile you load or store?",
+        "A fragment load or store reads row r of the tile at pointer + r * (its leading "
+        "dimension): that is the row length of that tile as declared in shared memory, one "
+        "number per tile."),
 }
 
 # a case label or an element pattern -> the GENERIC key that explains it
@@ -231,6 +290,14 @@ def family(pattern: str) -> str:
         return pattern
     if pattern in FAMILY:
         return FAMILY[pattern]
+    for prefix, key in (("wrong_D", "wrong_D"), ("swap_", "index_swap"), ("ld_", "leading_dim"),
+                        ("scale_", "scale_power")):
+        if pattern.startswith(prefix):
+            return key
+    if "negative" in pattern:  # a case of very negative scores: exp underflows without a max
+        return "no_max"
+    if "large" in pattern:
+        return "large"
     if pattern.startswith("tail"):
         return "tail"
     if pattern.startswith("part_"):

@@ -14,6 +14,7 @@ import zlib
 import numpy as np
 
 from ckptlab import device, reference
+from ckptlab.exercises.write import slips
 from ckptlab.exercises.write.flash_cases import shaped_scores
 from ckptlab.exercises.write.spec import Case, Exercise, Output, StepText, fixed_normal
 from ckptlab.kernels import naive
@@ -343,7 +344,8 @@ NAIVE_DS = Exercise(
              Output("dV", ("b", "h", "j", "c"), {})),
     cases=attn_cases(),
     inputs=ds_inputs, run=naive_ds_run, truth=naive_ds_truth,
-    alternatives=DS_SLIPS,
+    alternatives={**DS_SLIPS, "wrong_D": ("P (dP - D) with D from the wrong product",
+                                          slips.ds_fitted_D(_p_dp))},
     traffic=lambda case: [naive_traffic_of(case, "attn_naive_bwd_ds")],
     kernels=("attn_naive_bwd_ds",),
     picture=("attn_naive_bwd_ds", ("dS",)),

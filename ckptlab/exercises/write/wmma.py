@@ -17,6 +17,7 @@ import zlib
 import numpy as np
 
 from ckptlab import device
+from ckptlab.exercises.write.slips import WMMA_SLIPS
 from ckptlab.exercises.write.spec import (
     Case,
     Exercise,
@@ -145,7 +146,7 @@ WMMA_TILE_EXERCISE = Exercise(
     ), variants()),
     inputs=inputs, run=run, truth=truth,
     alternatives={"tile_transposed": ("A B with every 16 x 16 tile transposed",
-                                      transposed_tiles)},
+                                      transposed_tiles), **WMMA_SLIPS},
     traffic=lambda case: [traffic.wmma_gemm(case.sizes["M"], case.sizes["N"], case.sizes["K"],
                                             CTYPES[case.options["dtype"]])],
     kernels=tuple(f"wmma_gemm<{c}>" for c in CTYPES.values()),
