@@ -13,6 +13,7 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -181,11 +182,29 @@ def _rewritten_includes(options, tmp: Path) -> list[str]:
     return flags
 
 
+# One g++ run (a kernel file, a runtime source, a link) still going after this many seconds is
+# stopped: the largest kernel file builds in about 10 s on an idle core, and a source that keeps
+# the compiler busy for minutes (templates recursing deep, a huge unrolled loop) would otherwise
+# keep whatever built it silent. CKPTLAB_EMU_BUILD_TIMEOUT_S sets it; the exercise checker lowers
+# it for a learner's file (ckptlab.exercises.write.child).
+BUILD_LIMIT_S = float(os.environ.get("CKPTLAB_EMU_BUILD_TIMEOUT_S") or 600)
+
+
 def _run(cmd, what):
     env = dict(os.environ, LC_ALL="C", LANG="C")  # plain ASCII quotes in the messages
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    # a session of its own: on time-out the compiler's own children (cc1plus, as) stop too
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=BUILD_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise EmuCompileError(f"{what} did not finish in {BUILD_LIMIT_S:g} s and was stopped "
+                              "(a source that keeps the compiler this busy: templates "
+                              "recursing deep, a huge unrolled loop?)") from None
     if proc.returncode != 0:
-        raise EmuCompileError(f"{what} failed:\n$ {' '.join(cmd)}\n{proc.stderr.strip()}")
+        raise EmuCompileError(f"{what} failed:\n$ {' '.join(cmd)}\n{err.strip()}")
 
 
 def _runtime_bytes() -> list[bytes]:

@@ -1,0 +1,141 @@
+"""The process a check runs the learner's code in (started by sandbox.py, never by hand).
+
+It receives the request and three pipes from the parent: the verdict pipe, a trail and the
+output. The learner's code runs here and nowhere else: the kernel, built by the emulator into
+this process, or checkpoint.py, imported into it. What the check found goes back on the verdict
+pipe once, as the report pickled behind the nonce the parent drew for this check; the parent
+takes the verdict from that alone, never from how this process ends. Before each step that runs
+the learner's code, a line on the trail says what it is ("running case base (...)"), so that a
+process ended by that code (exit(0), abort, a signal) can still be told where. Here:
+
+  - fds 1 and 2 are the output pipe (the parent shows what the learner's code printed);
+  - Ctrl-C is ignored (it reaches the parent, which stops this process): any KeyboardInterrupt
+    raised here is the learner's;
+  - os._exit writes the line that called it on the trail first;
+  - faulthandler writes the Python stack on the trail on a fatal signal, and, for the Python
+    exercise, after WATCHDOG_S seconds (then ends the process): the watchdog, at the line the
+    learner's code was on;
+  - a kernel file is first refused if a GPU would refuse it (gpu_gate), and its builds get a
+    time limit (CHECK_BUILD_LIMIT_S).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import importlib
+import os
+import pickle
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+from ckptlab import device
+from ckptlab.exercises.write import checkpoint_ex, feedback, gpu_gate, regions
+from ckptlab.exercises.write.check import FAULT, WATCHDOG_S, Report, display_name
+
+# the module, not write.check (the package's function of that name)
+kernel_check = importlib.import_module("ckptlab.exercises.write.check")
+
+# a g++ run on one learner file still going after this long is stopped (the lab's largest
+# kernel file builds in about 10 s on an idle core)
+CHECK_BUILD_LIMIT_S = 120.0
+
+
+def check_here(ex, path: Path, hint: int, picture, gate: bool, say=lambda s: None) -> Report:
+    """The check itself, in this process: gate, then the kernel or checkpoint check."""
+    if ex is checkpoint_ex.CHECKPOINT:
+        say(f"checking {display_name(path)} (importing it, then each case)")
+        faulthandler.dump_traceback_later(WATCHDOG_S, exit=True, file=_TRAIL[0])
+        try:
+            return checkpoint_ex.check(path, hint)
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+    if path.is_file():
+        text, bad = kernel_check.read_learner(path, display_name(path))
+        if bad is None and not regions.not_attempted(text, kernel_check.shipped_text(ex)):
+            say("reading your kernel as a GPU's compiler would")
+            refused = (gpu_gate.gate(ex, text, display_name(path)) if gate else
+                       gpu_gate.missing_kernel(ex, text, display_name(path)))
+            if refused is not None:
+                return refused
+    from ckptlab.emu import build
+
+    build.BUILD_LIMIT_S = min(build.BUILD_LIMIT_S, CHECK_BUILD_LIMIT_S)
+    run = ex.run
+
+    def traced(case, inputs):
+        say(f"building and running case {case.label} ({case.describe()})")
+        return run(case, inputs)
+
+    ex.run = traced
+    try:
+        return kernel_check.check(ex, path, hint, picture)
+    finally:
+        ex.run = run
+
+
+_TRAIL: list = [None]
+
+
+def raised(ex, path: Path, e: BaseException) -> Report:
+    """A BaseException the learner's Python raised (SystemExit, KeyboardInterrupt, its own):
+    what it is and the learner's line, as a fault."""
+    line = None
+    for frame, n in traceback.walk_tb(e.__traceback__):
+        if Path(frame.f_code.co_filename) == path:
+            line = n
+    shown = display_name(path)
+    what = f"{type(e).__name__}({', '.join(map(repr, e.args))})"
+    where = f" at {shown}:{line}" if line else ""
+    lines = [f"{FAULT}: {ex.name}: your code raised {what}{where}: it ends the program it runs "
+             "in (a training run too), so the check stops here: not right"]
+    if line:
+        lines += feedback.source_window(path.read_text(errors="replace"), line, 2, 1)
+    lines.append("checkpoint() returns its output; to report a problem, raise an Exception")
+    return Report(ex.name, FAULT, lines, pattern="exit")
+
+
+def run(request: dict, verdict, trail, output) -> None:
+    """The child's whole life: set up, check, send the verdict once."""
+    nonce = request.pop("nonce")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.dup2(output.fileno(), 1)
+    os.dup2(output.fileno(), 2)
+    output.close()
+    _TRAIL[0] = trail
+
+    def say(text: str) -> None:
+        try:
+            os.write(trail.fileno(), f"step: {text}\n".encode(errors="replace"))
+        except OSError:
+            pass
+
+    real_exit = os._exit
+
+    def _exit(code=0):
+        frame = sys._getframe(1)
+        try:
+            os.write(trail.fileno(), f"exit: {frame.f_code.co_filename}:{frame.f_lineno}:"
+                     f"{code}\n".encode(errors="replace"))
+        except OSError:
+            pass
+        real_exit(code)
+
+    os._exit = _exit
+    faulthandler.enable(file=trail)
+    device.use(request["target"])
+    from ckptlab.exercises import write
+
+    ex, path = write.get(request["name"]), Path(request["file"])
+    try:
+        report = check_here(ex, path, request["hint"], request["picture"], request["gate"], say)
+        message = pickle.dumps(report)
+    except Exception:  # the checker's own error: the parent raises it with this traceback
+        message = pickle.dumps({"error": traceback.format_exc()})
+    except BaseException as e:  # only the learner's code raises these here
+        message = pickle.dumps(raised(ex, path, e))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    verdict.send_bytes(nonce + message)
+    verdict.close()

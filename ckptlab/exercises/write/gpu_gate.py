@@ -1,0 +1,180 @@
+"""Before the emulator builds a learner's kernel file: refuse what a GPU would refuse.
+
+On the emulator a kernel is host C++ run inside the check's process, so `exit(0)` in a kernel
+would end the check and `system(...)` would run a shell. A GPU build refuses both. So the file is
+first read by ckptlab's own rules (gpu_rules: host functions, host headers, inline assembly,
+code run at load time) and compiled by NVRTC, the CUDA compiler the labs use on a GPU, where it
+is installed (one instantiation of each template kernel, to a cubin, so that ptxas also refuses
+a call to a function no device has). Either one refusing makes the report "does not build",
+naming the learner's line, the reason and which of the two refused. A file NVRTC accepted is
+remembered (in the emulator's cache folder, by a hash of the file, the headers and NVRTC's
+version), so a check run again on it pays nothing.
+
+The exercise's kernels must also be in the file, under the names the lab's launch wrappers ask
+for: an empty file, another exercise's file or a renamed kernel get one line that says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from pathlib import Path
+
+from ckptlab import device
+from ckptlab.emu.signature import kernel_names, strip_comments
+from ckptlab.exercises.write import feedback, gpu_rules
+from ckptlab.exercises.write.check import NO_BUILD, Report
+
+ARCH = "sm_90"  # any arch of ckptlab.kernels.archs runs every exercise; this one is the newest
+NVRTC_LIMIT_S = 60.0  # the largest exercise file compiles in about 1.5 s on one core
+_GLOBAL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
+                     r"(?:__launch_bounds__\s*\([^)]*\)\s*)?([A-Za-z_]\w*)\s*\(")
+
+
+def kernels_in(text: str) -> tuple[list[str], list[str]]:
+    """(the `extern "C"` kernels, every __global__ function) named in `text`."""
+    return kernel_names(text), _GLOBAL.findall(strip_comments(text))
+
+
+def missing_kernel(ex, text: str, shown: str) -> Report | None:
+    """A one-line report when a kernel the exercise launches is not in the learner's file (or
+    is there without the `extern "C"` its launch looks it up by), else None."""
+    shipped = (device.KERNELS_DIR / ex.kernel).read_text()
+    want_c, want_all = kernels_in(shipped)
+    have_c, have_all = kernels_in(text)
+    found = ", ".join(have_all) or "none"
+    for name in want_all:
+        if name not in have_all:
+            return Report(ex.name, NO_BUILD, [
+                f"{NO_BUILD}: no kernel {name} in {shown}; the exercise launches "
+                f"{', '.join(want_all)} (kernels in the file: {found}). Is it {ex.name}'s file?"
+                f" `python -m ckptlab exercise reset {ex.name}` puts it back as shipped"])
+        if name in want_c and name not in have_c:
+            return Report(ex.name, NO_BUILD, [
+                f'{NO_BUILD}: {name} in {shown} is not extern "C": the launch finds it by its C '
+                f'name; declare it `extern "C" __global__ void {name}(...)` as shipped'])
+    return None
+
+
+def _expressions(ex) -> tuple:
+    """One instantiation of each template kernel the labs launch from the exercise's file."""
+    from ckptlab.kernels import archs
+
+    first: dict = {}
+    for e in archs.to_compile(ex.kernel, ARCH, None):
+        first.setdefault(e.split("<")[0], e)
+    return tuple(first.values())
+
+
+def _installed() -> str:
+    """The versions of the packages NVRTC comes from, read without importing them."""
+    from importlib import metadata
+
+    found = []
+    for dist in ("nvidia-cuda-nvrtc-cu12", "cuda-bindings", "cupy-cuda12x", "cupy"):
+        try:
+            found.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            pass
+    return ", ".join(found)
+
+
+def _ok_path(text: str, name: str, label: str, options, expressions) -> Path:
+    from ckptlab.emu.cache import cache_dir
+
+    parts = [text, name, label, device.headers_hash(), *options, *expressions,
+             Path(__file__).read_text(), Path(gpu_rules.__file__).read_text()]
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+    return cache_dir() / "gpu-accepted" / key
+
+
+def nvrtc(ex, text: str, shown: str, limit_s: float = NVRTC_LIMIT_S):
+    """(NVRTC's label, None if it accepts the file else its log); None where NVRTC cannot be
+    loaded. A compile still running after `limit_s` is a refusal that says so."""
+    from ckptlab.kernels import nvrtc as compiler
+
+    options = [f"-arch={ARCH}", "-std=c++17", f"-I{device.KERNELS_DIR}",
+               *compiler.cuda_include_options()]
+    name = Path(shown).name
+    expressions = _expressions(ex)
+    ok_path = _ok_path(text, name, _installed(), options, expressions)
+    if ok_path.is_file():
+        return "NVRTC", None  # accepted before: loading NVRTC (it imports CuPy) takes a second
+    try:
+        binding, version, compile_fn = compiler._nvrtc()
+    except compiler.CompilerNotFound:
+        return None
+    label = f"NVRTC {version}"
+    result: list = []
+
+    def work():
+        try:
+            result.append(compile_fn(text, name, options, expressions))
+        except Exception as e:  # a binding's own error: a refusal with its message
+            result.append((False, f"{type(e).__name__}: {e}"))
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    worker.join(limit_s)
+    if not result:
+        return label, f"{name}(1): error: the compile did not finish in {limit_s:.0f} s"
+    ok, log = result[0]
+    if ok:
+        try:
+            ok_path.parent.mkdir(parents=True, exist_ok=True)
+            ok_path.touch()
+        except OSError:
+            pass  # not remembered: the next check compiles again
+        return label, None
+    return label, log
+
+
+def _ptxas_lines(log: str, shown: str, text: str) -> list[str]:
+    """ptxas' refusals carry no line: find the learner's call of each missing function."""
+    out = []
+    for fn in re.findall(r"Unresolved extern function '([^']+)'", log):
+        out.append(f"  {fn}() exists on no GPU (ptxas: unresolved extern function)")
+        code = gpu_rules.blank(text)
+        if m := re.search(rf"\b{re.escape(fn)}\s*\(", code):
+            out += feedback.source_window(text, code.count("\n", 0, m.start()) + 1, 0, 0)
+    if not out:
+        out = ["  " + ln.strip() for ln in log.strip().splitlines()[:4]]
+    return out
+
+
+def gate(ex, text: str, shown: str, use_nvrtc: bool = True) -> Report | None:
+    """The "does not build" report for a file a GPU would refuse (or that lacks the exercise's
+    kernels), else None: the emulator may build it."""
+    missing = missing_kernel(ex, text, shown)
+    if missing is not None:
+        return missing
+    mine = gpu_rules.refusals(text)
+    said = nvrtc(ex, text, shown) if use_nvrtc else None
+    if not mine and (said is None or said[1] is None):
+        return None
+    lines = [f"{NO_BUILD}: {ex.name}: a GPU would not build it, so the emulator does not run it"
+             " (there a kernel is host code run in the check's own process)"]
+    for r in mine[:5]:
+        lines.append(f"  {shown}:{r.line}: {r.reason}")
+        lines += feedback.source_window(text, r.line, 0, 0)
+    if len(mine) > 5:
+        lines.append(f"  ({len(mine) - 5} more)")
+    if said is None:
+        lines.append("refused by ckptlab's GPU rules (NVRTC, the GPU's compiler, is not "
+                     "installed here to say it too)")
+    elif said[1] is None:
+        lines.append(f"refused by ckptlab's GPU rules ({said[0]} compiles it, but the emulator "
+                     "would run it as host code)")
+    else:
+        label, log = said
+        told = feedback.compile_report(log, shown, text)
+        if told[0].startswith("the kernel does not build"):
+            told = _ptxas_lines(log, shown, text)
+        else:
+            told[0] = told[0].replace("your kernel does not build: ", "  ")
+        if mine:  # the lines are shown above
+            told = [ln for ln in told if not re.match(r"\s+\d+ [ >] |\s+\^", ln)]
+        who = f"ckptlab's GPU rules and {label}" if mine else label
+        lines += [f"refused by {who}; {label} says:", *told]
+    return Report(ex.name, NO_BUILD, lines)
