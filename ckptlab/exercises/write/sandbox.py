@@ -90,11 +90,17 @@ def _drain(conn, keep: int, into: list) -> None:
 
 
 def _messages(conn, into: list) -> None:
+    """Read the verdict pipe's messages to its end. Bytes that are not a message (a length
+    beyond any report's) are kept as an empty one, which no verdict equals, and the rest is
+    read to the end, so that the child is never stuck writing."""
     try:
         while True:
             into.append(conn.recv_bytes(MAX_VERDICT))
-    except (EOFError, OSError):
-        pass
+    except EOFError:
+        return
+    except OSError:
+        into.append(b"")
+        _drain(conn, 0, [])
 
 
 def check(ex, file, hint: int, picture, gate: bool = True) -> Report:
