@@ -137,9 +137,32 @@ def test_nvrtc_refuses_what_the_rules_cannot_see(tmp_path):
     text = solved("naive_softmax").replace('extern "C"', code + 'extern "C"', 1).replace(
         "float m = -INFINITY, l = 0.0f;", "float m = -INFINITY, l = 0.0f; CALL(ex, it)(0);")
     assert refused(text) == []
-    report = gpu_gate.gate(write.get("naive_softmax"), text, "naive_softmax.cu")
-    assert report is not None and report.status == NO_BUILD, report
+    report, final = gpu_gate.gate(write.get("naive_softmax"), text, "naive_softmax.cu")
+    assert report is not None and report.status == NO_BUILD and not final, report
     assert "refused by NVRTC" in str(report) and "exit() exists on no GPU" in str(report)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not nvrtc.backend_available("nvrtc"), reason="NVRTC is not installed")
+def test_a_file_only_nvrtc_refuses_does_not_build_and_never_runs(tmp_path):
+    """NVRTC's refusal stands once g++ has built the file: the library is never loaded."""
+    path = tmp_path / "naive_softmax.cu"
+    path.write_text(solved("naive_softmax").replace(
+        'extern "C"', '#define CALL(a, b) a##b\n__device__ void quit(int) { '
+        'CALL(ex, it)(0); }\nextern "C"', 1).replace(
+        "float m = -INFINITY, l = 0.0f;", "float m = -INFINITY, l = 0.0f; quit(0);"))
+    report = write.check("naive_softmax", file=path)
+    assert report.status == NO_BUILD and "refused by NVRTC" in str(report), str(report)
+
+
+@pytest.mark.slow
+def test_a_plain_mistake_is_told_by_the_emulators_compiler_as_before(tmp_path):
+    path = tmp_path / "naive_softmax.cu"
+    path.write_text(solved("naive_softmax").replace("float m = -INFINITY, l = 0.0f;",
+                                                    "float m = -INFINITY, l = 0.0f; m = mm;"))
+    report = write.check("naive_softmax", file=path)
+    assert report.status == NO_BUILD and "'mm' was not declared" in str(report), str(report)
+    assert "GPU" not in str(report)
 
 
 @pytest.mark.skipif(not nvrtc.backend_available("nvrtc"), reason="NVRTC is not installed")

@@ -51,28 +51,44 @@ def check_here(ex, path: Path, hint: int, picture, gate: bool, say=lambda s: Non
             return checkpoint_ex.check(path, hint)
         finally:
             faulthandler.cancel_dump_traceback_later()
+    pending = None
     if path.is_file():
         text, bad = kernel_check.read_learner(path, display_name(path))
         if bad is None and not regions.not_attempted(text, kernel_check.shipped_text(ex)):
             say("reading your kernel as a GPU's compiler would")
-            refused = (gpu_gate.gate(ex, text, display_name(path)) if gate else
-                       gpu_gate.missing_kernel(ex, text, display_name(path)))
-            if refused is not None:
+            refused, final = (gpu_gate.gate(ex, text, display_name(path)) if gate else
+                              (gpu_gate.missing_kernel(ex, text, display_name(path)), True))
+            if refused is not None and final:
                 return refused
-    from ckptlab.emu import build
+            pending = refused
+    from ckptlab.emu import build, loader
 
     build.BUILD_LIMIT_S = min(build.BUILD_LIMIT_S, CHECK_BUILD_LIMIT_S)
-    run = ex.run
+    run, build_module = ex.run, loader.build_module
 
     def traced(case, inputs):
         say(f"building and running case {case.label} ({case.describe()})")
         return run(case, inputs)
 
-    ex.run = traced
+    def built(code, name, *args, **kwargs):
+        """g++'s build, stopped before the library is loaded if NVRTC refused the file: the
+        refusal stands once g++ has built it (a plain mistake g++ tells as usual)."""
+        out = build_module(code, name, *args, **kwargs)
+        if pending is not None and name == display_name(path):
+            raise _Refused
+        return out
+
+    ex.run, loader.build_module = traced, built
     try:
         return kernel_check.check(ex, path, hint, picture)
+    except _Refused:
+        return pending
     finally:
-        ex.run = run
+        ex.run, loader.build_module = run, build_module
+
+
+class _Refused(BaseException):
+    """Raised through the check's own `except Exception` to stop before a refused file loads."""
 
 
 _TRAIL: list = [None]

@@ -143,16 +143,22 @@ def _ptxas_lines(log: str, shown: str, text: str) -> list[str]:
     return out
 
 
-def gate(ex, text: str, shown: str, use_nvrtc: bool = True) -> Report | None:
-    """The "does not build" report for a file a GPU would refuse (or that lacks the exercise's
-    kernels), else None: the emulator may build it."""
+def gate(ex, text: str, shown: str, use_nvrtc: bool = True) -> tuple[Report | None, bool]:
+    """(the "does not build" report for a file a GPU would refuse or that lacks the exercise's
+    kernels, or None: the emulator may build it; whether that report is final). A refusal by
+    NVRTC alone is not final: most are plain mistakes (a typo) g++ refuses too, which the
+    emulator's build then tells as usual; the refusal stands only if g++ builds the file."""
     missing = missing_kernel(ex, text, shown)
     if missing is not None:
-        return missing
+        return missing, True
     mine = gpu_rules.refusals(text)
     said = nvrtc(ex, text, shown) if use_nvrtc else None
     if not mine and (said is None or said[1] is None):
-        return None
+        return None, True
+    return _refusal(ex, text, shown, mine, said), bool(mine)
+
+
+def _refusal(ex, text: str, shown: str, mine: list, said) -> Report:
     lines = [f"{NO_BUILD}: {ex.name}: a GPU would not build it, so the emulator does not run it"
              " (there a kernel is host code run in the check's own process)"]
     for r in mine[:5]:
