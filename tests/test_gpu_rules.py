@@ -130,16 +130,23 @@ def test_the_command_says_it_in_one_line_without_a_traceback(tmp_path):
 
 
 @pytest.mark.skipif(not nvrtc.backend_available("nvrtc"), reason="NVRTC is not installed")
-def test_nvrtc_refuses_what_the_rules_cannot_see(tmp_path):
-    """A host function declared __device__ and reached through a macro that pastes its name:
-    the rules see neither; ptxas finds no such function on the device."""
-    code = '#define CALL(a, b) a##b\nextern "C" __device__ void CALL(ex, it)(int);\n'
+@pytest.mark.parametrize("declared, says", [
+    ('extern "C" __device__ void CALL(ex, it)(int);', "exit() exists on no GPU"),
+    ("", 'identifier "exit" is undefined')])
+def test_nvrtc_refuses_what_the_rules_cannot_see(tmp_path, monkeypatch, declared, says):
+    """A host function reached through a macro that pastes its name (declared __device__, or
+    not declared: the emulator's shim declares it): the rules see neither; NVRTC finds no such
+    function on the device."""
+    monkeypatch.setenv("CKPTLAB_CACHE_DIR", str(tmp_path))
+    code = f"#define CALL(a, b) a##b\n{declared}\n"
     text = solved("naive_softmax").replace('extern "C"', code + 'extern "C"', 1).replace(
         "float m = -INFINITY, l = 0.0f;", "float m = -INFINITY, l = 0.0f; CALL(ex, it)(0);")
     assert refused(text) == []
-    report, final = gpu_gate.gate(write.get("naive_softmax"), text, "naive_softmax.cu")
-    assert report is not None and report.status == NO_BUILD and not final, report
-    assert "refused by NVRTC" in str(report) and "exit() exists on no GPU" in str(report)
+    now, later = gpu_gate.gate(write.get("naive_softmax"), text, "naive_softmax.cu")
+    report = later()
+    assert now is None and report is not None and report.status == NO_BUILD, report
+    assert "refused by NVRTC" in str(report) and says in str(report), str(report)
+    assert not (tmp_path / "gpu-accepted").exists()
 
 
 @pytest.mark.slow
@@ -186,3 +193,23 @@ def test_a_build_past_its_time_limit_is_stopped_in_one_line(tmp_path):
     assert out.returncode == 1 and out.stderr == "", (out.stdout, out.stderr)
     assert "did not finish in 0.2 s and was stopped" in out.stdout, out.stdout
     assert "Traceback" not in out.stdout and "$ " not in out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not nvrtc.backend_available("nvrtc"), reason="NVRTC is not installed")
+def test_without_libnvrtc_by_ctypes_the_binding_and_ptxas_say_the_same(tmp_path, monkeypatch):
+    from ckptlab.kernels import nvrtc_lib
+
+    def no_library():
+        raise OSError("none here")
+
+    monkeypatch.setattr(nvrtc_lib, "load", no_library)
+    monkeypatch.setenv("CKPTLAB_CACHE_DIR", str(tmp_path))
+    ex = write.get("naive_softmax")
+    assert gpu_gate.nvrtc(ex, solved("naive_softmax"), "naive_softmax.cu")[1] is None
+    text = solved("naive_softmax").replace(
+        'extern "C"', '#define CALL(a, b) a##b\nextern "C" __device__ void CALL(ex, it)(int);\n'
+        'extern "C"', 1).replace("float m = -INFINITY, l = 0.0f;",
+                                 "float m = -INFINITY, l = 0.0f; CALL(ex, it)(0);")
+    label, log = gpu_gate.nvrtc(ex, text, "naive_softmax.cu")
+    assert "Unresolved extern function 'exit'" in log, log

@@ -51,16 +51,15 @@ def check_here(ex, path: Path, hint: int, picture, gate: bool, say=lambda s: Non
             return checkpoint_ex.check(path, hint)
         finally:
             faulthandler.cancel_dump_traceback_later()
-    pending = None
+    later = None
     if path.is_file():
         text, bad = kernel_check.read_learner(path, display_name(path))
         if bad is None and not regions.not_attempted(text, kernel_check.shipped_text(ex)):
             say("reading your kernel as a GPU's compiler would")
-            refused, final = (gpu_gate.gate(ex, text, display_name(path)) if gate else
-                              (gpu_gate.missing_kernel(ex, text, display_name(path)), True))
-            if refused is not None and final:
+            refused, later = (gpu_gate.gate(ex, text, display_name(path)) if gate else
+                              (gpu_gate.missing_kernel(ex, text, display_name(path)), None))
+            if refused is not None:
                 return refused
-            pending = refused
     from ckptlab.emu import build, loader
 
     build.BUILD_LIMIT_S = min(build.BUILD_LIMIT_S, CHECK_BUILD_LIMIT_S)
@@ -71,24 +70,28 @@ def check_here(ex, path: Path, hint: int, picture, gate: bool, say=lambda s: Non
         return run(case, inputs)
 
     def built(code, name, *args, **kwargs):
-        """g++'s build, stopped before the library is loaded if NVRTC refused the file: the
-        refusal stands once g++ has built it (a plain mistake g++ tells as usual)."""
+        """g++'s build, then NVRTC's word before the library is loaded: a refusal stops the
+        check there (a plain mistake g++ refuses first is told by g++ as usual)."""
         out = build_module(code, name, *args, **kwargs)
-        if pending is not None and name == display_name(path):
-            raise _Refused
+        if later is not None and name == display_name(path):
+            say("waiting for NVRTC's word on your file")
+            refused = later()
+            if refused is not None:
+                raise _Refused(refused)
         return out
 
     ex.run, loader.build_module = traced, built
     try:
         return kernel_check.check(ex, path, hint, picture)
-    except _Refused:
-        return pending
+    except _Refused as e:
+        return e.args[0]
     finally:
         ex.run, loader.build_module = run, build_module
 
 
 class _Refused(BaseException):
-    """Raised through the check's own `except Exception` to stop before a refused file loads."""
+    """Raised through the check's own `except Exception` to stop before a refused file loads;
+    carries the report."""
 
 
 _TRAIL: list = [None]

@@ -89,28 +89,52 @@ def _ok_path(text: str, name: str, label: str, options, expressions) -> Path:
     return cache_dir() / "gpu-accepted" / key
 
 
+def _compiler():
+    """(label, compile function (source, name, options, expressions) -> (ok, log), the arch
+    option): NVRTC through ctypes to PTX where its library loads (milliseconds), else through
+    ckptlab.kernels.nvrtc's binding to a cubin (ptxas then finds the missing functions); None
+    where NVRTC is not installed."""
+    from ckptlab.kernels import nvrtc as bindings
+    from ckptlab.kernels import nvrtc_lib
+
+    try:
+        _, version = nvrtc_lib.load()
+    except OSError:
+        try:
+            _, version, compile_fn = bindings._nvrtc()
+        except bindings.CompilerNotFound:
+            return None
+        return f"NVRTC {version}", compile_fn, f"-arch={ARCH}"
+
+    def to_ptx(source, name, options, expressions):
+        ok, log, ptx = nvrtc_lib.compile_ptx(source, name, options, expressions)
+        missing = nvrtc_lib.externs(ptx) if ok else []
+        return ok and not missing, log + "".join(f"ptxas fatal   : Unresolved extern function '{f}'\n"
+                                          for f in missing)
+
+    return f"NVRTC {version}", to_ptx, f"-arch=compute_{ARCH[3:]}"
+
+
 def nvrtc(ex, text: str, shown: str, limit_s: float = NVRTC_LIMIT_S):
     """(NVRTC's label, None if it accepts the file else its log); None where NVRTC cannot be
     loaded. A compile still running after `limit_s` is a refusal that says so."""
-    from ckptlab.kernels import nvrtc as compiler
+    from ckptlab.kernels import nvrtc as bindings
 
-    options = [f"-arch={ARCH}", "-std=c++17", f"-I{device.KERNELS_DIR}",
-               *compiler.cuda_include_options()]
+    options = ["-std=c++17", f"-I{device.KERNELS_DIR}", *bindings.cuda_include_options()]
     name = Path(shown).name
     expressions = _expressions(ex)
     ok_path = _ok_path(text, name, _installed(), options, expressions)
     if ok_path.is_file():
-        return "NVRTC", None  # accepted before: loading NVRTC (it imports CuPy) takes a second
-    try:
-        binding, version, compile_fn = compiler._nvrtc()
-    except compiler.CompilerNotFound:
+        return "NVRTC", None  # accepted before
+    found = _compiler()
+    if found is None:
         return None
-    label = f"NVRTC {version}"
+    label, compile_fn, arch = found
     result: list = []
 
     def work():
         try:
-            result.append(compile_fn(text, name, options, expressions))
+            result.append(compile_fn(text, name, [arch, *options], expressions))
         except Exception as e:  # a binding's own error: a refusal with its message
             result.append((False, f"{type(e).__name__}: {e}"))
 
@@ -143,19 +167,33 @@ def _ptxas_lines(log: str, shown: str, text: str) -> list[str]:
     return out
 
 
-def gate(ex, text: str, shown: str, use_nvrtc: bool = True) -> tuple[Report | None, bool]:
-    """(the "does not build" report for a file a GPU would refuse or that lacks the exercise's
-    kernels, or None: the emulator may build it; whether that report is final). A refusal by
-    NVRTC alone is not final: most are plain mistakes (a typo) g++ refuses too, which the
-    emulator's build then tells as usual; the refusal stands only if g++ builds the file."""
+def gate(ex, text: str, shown: str, use_nvrtc: bool = True):
+    """(the "does not build" report, None) for a file ckptlab's rules refuse or that lacks the
+    exercise's kernels; else (None, `later`): NVRTC compiles the file meanwhile (in a thread,
+    while g++ builds it for the emulator), and later() is its report or None, for the moment
+    the emulator has built the file and has not loaded it yet. NVRTC's refusal waits for g++:
+    most are plain mistakes (a typo) g++ refuses too, which the emulator's build then tells as
+    usual; it stands only if g++ builds the file."""
     missing = missing_kernel(ex, text, shown)
     if missing is not None:
-        return missing, True
+        return missing, None
     mine = gpu_rules.refusals(text)
-    said = nvrtc(ex, text, shown) if use_nvrtc else None
-    if not mine and (said is None or said[1] is None):
-        return None, True
-    return _refusal(ex, text, shown, mine, said), bool(mine)
+    if mine:
+        return _refusal(ex, text, shown, mine, nvrtc(ex, text, shown) if use_nvrtc else None), \
+            None
+    if not use_nvrtc:
+        return None, None
+    said: list = []
+    worker = threading.Thread(target=lambda: said.append(nvrtc(ex, text, shown)), daemon=True)
+    worker.start()
+
+    def later() -> Report | None:
+        worker.join()
+        if not said or said[0] is None or said[0][1] is None:
+            return None
+        return _refusal(ex, text, shown, [], said[0])
+
+    return None, later
 
 
 def _refusal(ex, text: str, shown: str, mine: list, said) -> Report:
