@@ -109,8 +109,8 @@ def _compiler():
     def to_ptx(source, name, options, expressions):
         ok, log, ptx = nvrtc_lib.compile_ptx(source, name, options, expressions)
         missing = nvrtc_lib.externs(ptx) if ok else []
-        return ok and not missing, log + "".join(f"ptxas fatal   : Unresolved extern function '{f}'\n"
-                                          for f in missing)
+        said = "".join(f"ptxas fatal   : Unresolved extern function '{f}'\n" for f in missing)
+        return ok and not missing, log + said
 
     return f"NVRTC {version}", to_ptx, f"-arch=compute_{ARCH[3:]}"
 
