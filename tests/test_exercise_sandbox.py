@@ -118,7 +118,7 @@ def test_os_exit_zero_is_a_fault_with_the_line_that_called_it(tmp_path, anchor):
     path = checkpoint_with(tmp_path, anchor, "import os; os._exit(0)")
     report = write.check("checkpoint", file=path)
     assert report.status == FAULT, str(report)
-    assert "ended the check's process with exit status 0" in str(report)
+    assert "ended the check's process with os._exit(0)" in str(report)
     assert f"checkpoint.py:{line_of(path, 'os._exit(0)')}" in str(report), str(report)
 
 

@@ -217,10 +217,14 @@ def died(ex, path: Path, code, trail: str, stopped: bool, limit: float) -> Repor
         except ValueError:
             name = f"signal {-code}"
         head = f"{FAULT}: {ex.name}: your code ended the check's process with {name}"
+    elif called := [m for m in re.finditer(r"^exit: (.*):(\d+):(.*)$", trail, flags=re.M)
+                    if Path(m[1]) == path]:
+        head = (f"{FAULT}: {ex.name}: your code ended the check's process with "
+                f"os._exit({called[-1][3]}): no verdict, so not right")
     else:
         head = (f"{FAULT}: {ex.name}: your code ended the check's process with exit status "
-                f"{code} (exit(), os._exit(), sys.exit() or abort in your file) before the "
-                "check could finish: no verdict, so not right")
+                f"{code} (exit() or abort in your file?) before the check could finish: no "
+                "verdict, so not right")
     lines = [head + (f", at {shown}:{line}" if line else "")]
     if line:
         try:
