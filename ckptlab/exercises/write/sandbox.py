@@ -3,9 +3,8 @@
 The learner's code (a kernel the emulator builds into the process that runs it, checkpoint.py
 imported into it) can end that process at any moment: exit(0), os._exit(0), sys.exit(0), abort,
 a signal. Run in the checking process, exit(0) would end the command with the status that
-means "right". So the check runs in a child (multiprocessing's forkserver: the child is forked
-from a process that has already imported the checker, so a check costs no extra start-up after
-the first), and its verdict comes back on a pipe this process opened, behind a random nonce drawn
+means "right". So the check runs in a child (forked from a process that has already imported
+the checker, so that a check costs no extra start-up: see _context), and its verdict comes back on a pipe this process opened, behind a random nonce drawn
 for this check, as the only message on that pipe. The child's exit status is never read as a
 verdict: a child that ends without one is reported as what ended it (an exit status, a signal,
 the watchdog), with the learner's line where the child could record it, as a fault.
@@ -58,6 +57,13 @@ class _Unpickler(pickle.Unpickler):
 
 
 def _context():
+    """fork where this process runs one thread (the command, a script, pytest): the child is a
+    copy of a process that has imported the checker already, at no start-up cost; else
+    forkserver (a notebook's kernel, anything with threads, which fork would copy mid-work):
+    the child is forked from a single-threaded server started once, that imports the checker
+    first."""
+    if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("fork")
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["ckptlab.exercises.write.child"])
     return ctx
