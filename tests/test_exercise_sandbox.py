@@ -138,12 +138,13 @@ def test_abort_is_named_with_its_line(tmp_path):
 
 def test_printing_right_or_writing_on_every_pipe_gives_no_verdict(tmp_path, capsys):
     """What the learner's code prints is shown, and is not a verdict; bytes written on every
-    open file descriptor (the verdict pipe among them) void the verdict."""
+    open pipe (the verdict's among them) void the verdict."""
     path = checkpoint_with(tmp_path, IN_FORWARD, "print('right'); import os; os._exit(0)")
     report = write.check("checkpoint", file=path)
     assert report.status == FAULT and "right" in capsys.readouterr().out
-    path = checkpoint_with(tmp_path, AT_IMPORT, "import os\nfor fd in range(3, 256):\n"
-                           "    try: os.write(fd, b'right')\n    except OSError: pass")
+    path = checkpoint_with(tmp_path, AT_IMPORT, "import os, stat\nfor fd in range(3, 256):\n"
+                           "    try:\n        if stat.S_ISFIFO(os.fstat(fd).st_mode):\n"
+                           "            os.write(fd, b'right')\n    except OSError: pass")
     report = write.check("checkpoint", file=path)
     assert report.status == FAULT and report.pattern == "forged", str(report)
 
@@ -160,11 +161,14 @@ def test_a_verdict_with_another_nonce_or_class_is_void():
     ok = write.Report("checkpoint", "right", ["right"])
     import pickle
 
-    assert sandbox._verdict([nonce + pickle.dumps(ok)], nonce, "x").ok
-    assert not sandbox._verdict([b"m" * sandbox.NONCE_BYTES + pickle.dumps(ok)], nonce, "x").ok
-    assert not sandbox._verdict([nonce + pickle.dumps(ok)] * 2, nonce, "x").ok
+    assert sandbox._verdict([nonce + pickle.dumps(ok)], nonce, "checkpoint").ok
+    assert not sandbox._verdict([nonce + pickle.dumps(ok)], nonce, "naive_ds").ok
+    assert not sandbox._verdict([b"m" * sandbox.NONCE_BYTES + pickle.dumps(ok)], nonce,
+                                "checkpoint").ok
+    assert not sandbox._verdict([nonce + pickle.dumps(ok)] * 2, nonce, "checkpoint").ok
+    assert not sandbox._verdict([b"", nonce + pickle.dumps(ok)], nonce, "checkpoint").ok
     evil = nonce + pickle.dumps(os.system)  # a global outside the report's classes
-    assert sandbox._verdict([evil], nonce, "x").pattern == "forged"
+    assert sandbox._verdict([evil], nonce, "checkpoint").pattern == "forged"
 
 
 # ---- the child alone, with the GPU rules off: how it reports an ended process (slow) ---------
@@ -215,3 +219,13 @@ def test_pytest_on_my_kernels_fails_exit_kernels_and_exiting_checkpoints(tmp_pat
     assert "2 failed, 6 skipped" in out.stdout, out.stdout
     assert "does not build: naive_softmax" in out.stdout
     assert "fault: checkpoint: your code raised SystemExit(0)" in out.stdout
+
+
+def test_code_that_turns_the_watchdog_off_is_stopped_by_the_checks_own_limit(tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.setattr(sandbox, "PYTHON_LIMIT_S", 2.0)
+    path = checkpoint_with(tmp_path, IN_FORWARD, "import faulthandler\n"
+                           "faulthandler.cancel_dump_traceback_later()\nwhile True:\n    pass")
+    report = write.check("checkpoint", file=path)
+    assert (report.status, report.pattern) == (FAULT, "watchdog"), str(report)
+    assert "the check did not finish in 2 s: stopped" in str(report), str(report)

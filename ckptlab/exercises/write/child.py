@@ -8,7 +8,9 @@ takes the verdict from that alone, never from how this process ends. Before each
 the learner's code, a line on the trail says what it is ("running case base (...)"), so that a
 process ended by that code (exit(0), abort, a signal) can still be told where. Here:
 
-  - fds 1 and 2 are the output pipe (the parent shows what the learner's code printed);
+  - every file descriptor it inherited is closed but these three pipes and 0;
+  - fds 1 and 2, and sys.stdout and sys.stderr, are the output pipe (the parent shows what the
+    learner's code printed);
   - Ctrl-C is ignored (it reaches the parent, which stops this process): any KeyboardInterrupt
     raised here is the learner's;
   - os._exit writes the line that called it on the trail first;
@@ -118,13 +120,32 @@ def raised(ex, path: Path, e: BaseException) -> Report:
     return Report(ex.name, FAULT, lines, pattern="exit")
 
 
+def _close_all_but(*keep: int) -> None:
+    """Close every file descriptor but these: a forked child has all of its parent's open
+    (pytest's capture files, a terminal), which the learner's code has no business with."""
+    try:
+        fds = [int(n) for n in os.listdir("/proc/self/fd")]
+    except OSError:
+        return
+    for fd in fds:
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
 def run(request: dict, verdict, trail, output) -> None:
     """The child's whole life: set up, check, send the verdict once."""
     nonce = request.pop("nonce")
+    _close_all_but(0, 1, 2, verdict.fileno(), trail.fileno(), output.fileno())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.dup2(output.fileno(), 1)
     os.dup2(output.fileno(), 2)
     output.close()
+    # Python's own streams on those fds (a forked child has its parent's: pytest's capture)
+    sys.stdout = open(1, "w", buffering=1, closefd=False, errors="replace")
+    sys.stderr = open(2, "w", buffering=1, closefd=False, errors="replace")
     _TRAIL[0] = trail
 
     def say(text: str) -> None:

@@ -4,8 +4,9 @@ The learner's code (a kernel the emulator builds into the process that runs it, 
 imported into it) can end that process at any moment: exit(0), os._exit(0), sys.exit(0), abort,
 a signal. Run in the checking process, exit(0) would end the command with the status that
 means "right". So the check runs in a child (forked from a process that has already imported
-the checker, so that a check costs no extra start-up: see _context), and its verdict comes back on a pipe this process opened, behind a random nonce drawn
-for this check, as the only message on that pipe. The child's exit status is never read as a
+the checker, so that a check costs no extra start-up: see _context), and its verdict comes back
+on a pipe this process opened, behind a random nonce drawn for this check, as the only message
+on that pipe. The child's exit status is never read as a
 verdict: a child that ends without one is reported as what ended it (an exit status, a signal,
 the watchdog), with the learner's line where the child could record it, as a fault.
 
@@ -27,6 +28,7 @@ import secrets
 import signal
 import sys
 import threading
+import time
 import types
 from pathlib import Path
 
@@ -80,6 +82,18 @@ def _no_main():
         yield
     finally:
         sys.modules["__main__"] = main
+
+
+def _wait(proc, limit: float) -> bool:
+    """Whether `proc` ended within `limit` seconds. Asks for its exit status (waitpid) rather
+    than waiting on multiprocessing's sentinel pipe, which the child closes with its other
+    inherited descriptors."""
+    deadline = time.monotonic() + limit
+    while proc.exitcode is None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def _drain(conn, keep: int, into: list) -> None:
@@ -137,8 +151,7 @@ def check(ex, file, hint: int, picture, gate: bool = True) -> Report:
             w.close()
         for t in readers:
             t.start()
-        proc.join(limit)
-        stopped = proc.is_alive()
+        stopped = not _wait(proc, limit)
     finally:
         if proc.is_alive():
             proc.kill()
@@ -182,7 +195,7 @@ def _verdict(messages: list, nonce: bytes, name: str):
             ok = False
     if isinstance(body, dict) and "error" in body:
         raise RuntimeError("the check itself failed (not your code):\n" + body["error"])
-    if not ok or not isinstance(body, Report):
+    if not ok or not isinstance(body, Report) or body.exercise != name:
         return Report(name, FAULT, [
             f"{FAULT}: {name}: something other than the check wrote on its verdict pipe (your "
             "code?): the verdict is void: not right"], pattern="forged")
