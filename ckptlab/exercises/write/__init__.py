@@ -52,7 +52,8 @@ def get(name: str) -> Exercise:
 def check(name: str, file=None, hint: int = 1, picture=None) -> Report:
     """Build and check the learner's kernel for exercise `name` (labs/exercises/<name>.cu, or
     `file`); `hint` 1 or 2 picks the grade of the hint a wrong answer gets; `picture`, a PNG
-    path, draws which block wrote each element of the outputs (kernel exercises)."""
+    path, draws which block wrote each element of the outputs (kernel exercises). The learner's
+    code runs in a child process (sandbox.py): an exit there is a fault, never the verdict."""
     if hint not in (1, 2):
         raise ValueError(f"hint must be 1 or 2, got {hint!r}")
     ex = get(name)
