@@ -229,3 +229,9 @@ def test_code_that_turns_the_watchdog_off_is_stopped_by_the_checks_own_limit(tmp
     report = write.check("checkpoint", file=path)
     assert (report.status, report.pattern) == (FAULT, "watchdog"), str(report)
     assert "the check did not finish in 2 s: stopped" in str(report), str(report)
+
+
+def test_the_child_finds_every_exercise_the_package_lists():
+    from ckptlab.exercises.write import child
+
+    assert all(child.exercise(name) is ex for name, ex in write.EXERCISES.items())

@@ -120,6 +120,21 @@ def raised(ex, path: Path, e: BaseException) -> Report:
     return Report(ex.name, FAULT, lines, pattern="exit")
 
 
+def exercise(name: str):
+    """The exercise called `name`, from the modules that define them (the package's own
+    registry, write.EXERCISES, is the one the parent looked it up in: this module is below it)."""
+    from ckptlab.exercises.write import flash, rows, wmma
+    from ckptlab.exercises.write.spec import Exercise
+
+    for module in (flash, rows, wmma):
+        for value in vars(module).values():
+            if isinstance(value, Exercise) and value.name == name:
+                return value
+    if name == checkpoint_ex.CHECKPOINT.name:
+        return checkpoint_ex.CHECKPOINT
+    raise KeyError(f"no exercise {name!r}")
+
+
 def _close_all_but(*keep: int) -> None:
     """Close every file descriptor but these: a forked child has all of its parent's open
     (pytest's capture files, a terminal), which the learner's code has no business with."""
@@ -168,9 +183,7 @@ def run(request: dict, verdict, trail, output) -> None:
     os._exit = _exit
     faulthandler.enable(file=trail)
     device.use(request["target"])
-    from ckptlab.exercises import write
-
-    ex, path = write.get(request["name"]), Path(request["file"])
+    ex, path = exercise(request["name"]), Path(request["file"])
     try:
         report = check_here(ex, path, request["hint"], request["picture"], request["gate"], say)
         message = pickle.dumps(report)
