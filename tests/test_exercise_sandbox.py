@@ -235,3 +235,35 @@ def test_the_child_finds_every_exercise_the_package_lists():
     from ckptlab.exercises.write import child
 
     assert all(child.exercise(name) is ex for name, ex in write.EXERCISES.items())
+
+
+def test_the_child_is_forked_only_from_one_thread_on_the_emulator():
+    import threading
+
+    assert sandbox._context("emu").get_start_method() == "fork"
+    assert sandbox._context("cuda").get_start_method() == "forkserver"
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert sandbox._context("emu").get_start_method() == "forkserver"
+    finally:
+        stop.set()
+        other.join()
+
+
+def test_from_a_process_with_threads_the_check_still_runs_in_a_child(tmp_path):
+    """A notebook's kernel runs threads: the child comes from the forkserver there."""
+    import threading
+
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        path = checkpoint_with(tmp_path, IN_FORWARD, "import os; os._exit(0)")
+        report = write.check("checkpoint", file=path)
+        assert report.status == FAULT and "os._exit(0)" in str(report), str(report)
+        assert write.check("checkpoint", file=write.get("checkpoint").solution_file).ok
+    finally:
+        stop.set()
+        other.join()

@@ -58,13 +58,15 @@ class _Unpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"{module}.{name} is not part of a report")
 
 
-def _context():
-    """fork where this process runs one thread (the command, a script, pytest): the child is a
-    copy of a process that has imported the checker already, at no start-up cost; else
-    forkserver (a notebook's kernel, anything with threads, which fork would copy mid-work):
-    the child is forked from a single-threaded server started once, that imports the checker
-    first."""
-    if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
+def _context(target: str):
+    """fork where this process runs one thread (the command, a script, pytest) on the emulator:
+    the child is a copy of a process that has imported the checker already, at no start-up
+    cost; else forkserver (a notebook's kernel, anything with threads, which fork would copy
+    mid-work; the GPU, whose driver a forked child cannot use once its parent has asked it
+    anything): the child is forked from a single-threaded server started once, that imports
+    the checker first."""
+    if (target == "emu" and threading.active_count() == 1
+            and "fork" in multiprocessing.get_all_start_methods()):
         return multiprocessing.get_context("fork")
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["ckptlab.exercises.write.child"])
@@ -131,7 +133,7 @@ def check(ex, file, hint: int, picture, gate: bool = True) -> Report:
     request = {"name": ex.name, "file": str(path), "hint": hint, "target": device.target(),
                "picture": None if picture is None else str(Path(picture).absolute()),
                "gate": gate, "nonce": nonce}
-    ctx = _context()
+    ctx = _context(request["target"])
     pipes = [ctx.Pipe(duplex=False) for _ in range(3)]  # verdict, trail, output
     from ckptlab.exercises.write import child
 
