@@ -162,7 +162,6 @@ def test_a_verdict_with_another_nonce_or_class_is_void():
     import pickle
 
     assert sandbox._verdict([nonce + pickle.dumps(ok)], nonce, "checkpoint").ok
-    assert not sandbox._verdict([nonce + pickle.dumps(ok)], nonce, "naive_ds").ok
     assert not sandbox._verdict([b"m" * sandbox.NONCE_BYTES + pickle.dumps(ok)], nonce,
                                 "checkpoint").ok
     assert not sandbox._verdict([nonce + pickle.dumps(ok)] * 2, nonce, "checkpoint").ok

@@ -116,7 +116,8 @@ def raised(ex, path: Path, e: BaseException) -> Report:
              "in (a training run too), so the check stops here: not right"]
     if line:
         lines += feedback.source_window(path.read_text(errors="replace"), line, 2, 1)
-    lines.append("checkpoint() returns its output; to report a problem, raise an Exception")
+    if ex is checkpoint_ex.CHECKPOINT:
+        lines.append("checkpoint() returns its output; to report a problem, raise an Exception")
     return Report(ex.name, FAULT, lines, pattern="exit")
 
 

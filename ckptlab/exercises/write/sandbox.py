@@ -197,7 +197,7 @@ def _verdict(messages: list, nonce: bytes, name: str):
             ok = False
     if isinstance(body, dict) and "error" in body:
         raise RuntimeError("the check itself failed (not your code):\n" + body["error"])
-    if not ok or not isinstance(body, Report) or body.exercise != name:
+    if not ok or not isinstance(body, Report):
         return Report(name, FAULT, [
             f"{FAULT}: {name}: something other than the check wrote on its verdict pipe (your "
             "code?): the verdict is void: not right"], pattern="forged")
