@@ -266,3 +266,12 @@ def test_from_a_process_with_threads_the_check_still_runs_in_a_child(tmp_path):
     finally:
         stop.set()
         other.join()
+
+
+@pytest.mark.slow
+def test_what_a_kernel_prints_is_shown(tmp_path, capsys):
+    path = kernel_with(tmp_path, 'if (i == 0 && lane == 0 && blockIdx.y == 0) printf("row zero '
+                       'here\\n");')
+    report = write.check("naive_softmax", file=path)
+    assert report.ok, str(report)
+    assert "row zero here" in capsys.readouterr().out
