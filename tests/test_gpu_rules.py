@@ -146,7 +146,7 @@ def test_nvrtc_refuses_what_the_rules_cannot_see(tmp_path, monkeypatch, declared
     report = later()
     assert now is None and report is not None and report.status == NO_BUILD, report
     assert "refused by NVRTC" in str(report) and says in str(report), str(report)
-    assert not (tmp_path / "gpu-accepted").exists()
+    assert not any((tmp_path / "gpu-accepted").iterdir())  # a refusal is never remembered
 
 
 @pytest.mark.slow
@@ -213,3 +213,21 @@ def test_without_libnvrtc_by_ctypes_the_binding_and_ptxas_say_the_same(tmp_path,
                                  "float m = -INFINITY, l = 0.0f; CALL(ex, it)(0);")
     label, log = gpu_gate.nvrtc(ex, text, "naive_softmax.cu")
     assert "Unresolved extern function 'exit'" in log, log
+
+
+@pytest.mark.skipif(not nvrtc.backend_available("nvrtc"), reason="NVRTC is not installed")
+def test_an_acceptance_others_could_plant_is_not_believed(tmp_path, monkeypatch):
+    """NVRTC's acceptances are kept where the emulator keeps its libraries, under the same
+    rules: in a folder others can write, a planted one is not believed."""
+    monkeypatch.setenv("CKPTLAB_CACHE_DIR", str(tmp_path))
+    ex = write.get("naive_softmax")
+    text = solved("naive_softmax").replace(
+        'extern "C"', '#define CALL(a, b) a##b\nextern "C"', 1).replace(
+        "float m = -INFINITY, l = 0.0f;", "float m = -INFINITY, l = 0.0f; CALL(ex, it)(0);")
+    options = ["-std=c++17", f"-I{device.KERNELS_DIR}", *nvrtc.cuda_include_options()]
+    planted = gpu_gate._ok_path(text, "naive_softmax.cu", gpu_gate._installed(), options,
+                                gpu_gate._expressions(ex))
+    planted.touch()
+    assert gpu_gate.nvrtc(ex, text, "naive_softmax.cu")[1] is None  # yours: believed
+    os.chmod(planted.parent, 0o777)
+    assert gpu_gate.nvrtc(ex, text, "naive_softmax.cu")[1] is not None

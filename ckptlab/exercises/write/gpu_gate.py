@@ -21,7 +21,7 @@ import re
 import threading
 from pathlib import Path
 
-from ckptlab import device
+from ckptlab import device, emu
 from ckptlab.emu.signature import kernel_names, strip_comments
 from ckptlab.exercises.write import feedback, gpu_rules
 from ckptlab.exercises.write.check import NO_BUILD, Report
@@ -80,13 +80,19 @@ def _installed() -> str:
     return ", ".join(found)
 
 
-def _ok_path(text: str, name: str, label: str, options, expressions) -> Path:
-    from ckptlab.emu.cache import cache_dir
+def _ok_path(text: str, name: str, label: str, options, expressions) -> Path | None:
+    """Where NVRTC's acceptance of this file is remembered: in the emulator's cache folder,
+    held to the same rules (yours, mode 700, no one else can write above it); None where it
+    is not safe, and then nothing is remembered or believed."""
+    from ckptlab.emu.cache import cache_dir, secure_dir
 
     parts = [text, name, label, device.headers_hash(), *options, *expressions,
              Path(__file__).read_text(), Path(gpu_rules.__file__).read_text()]
     key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
-    return cache_dir() / "gpu-accepted" / key
+    try:
+        return secure_dir(cache_dir() / "gpu-accepted") / key
+    except (emu.EmuCompileError, OSError):
+        return None
 
 
 def _compiler():
@@ -124,7 +130,7 @@ def nvrtc(ex, text: str, shown: str, limit_s: float = NVRTC_LIMIT_S):
     name = Path(shown).name
     expressions = _expressions(ex)
     ok_path = _ok_path(text, name, _installed(), options, expressions)
-    if ok_path.is_file():
+    if ok_path is not None and ok_path.is_file():
         return "NVRTC", None  # accepted before
     found = _compiler()
     if found is None:
@@ -146,8 +152,8 @@ def nvrtc(ex, text: str, shown: str, limit_s: float = NVRTC_LIMIT_S):
     ok, log = result[0]
     if ok:
         try:
-            ok_path.parent.mkdir(parents=True, exist_ok=True)
-            ok_path.touch()
+            if ok_path is not None:
+                ok_path.touch()
         except OSError:
             pass  # not remembered: the next check compiles again
         return label, None
