@@ -2,7 +2,8 @@
 the from-scratch track) is built, run on every case of its exercise (on the emulator, race and
 bounds checks on) and compared with float64. A file left as shipped is skipped as "not
 attempted", with the file to fill in; a wrong one fails with the checker's diagnosis and first
-hint (`python -m ckptlab exercise check NAME --hint 2` gives the second)."""
+hint (`python -m ckptlab exercise check NAME --hint 2` gives the second). Your code runs in a
+child process of the check: an exit or a crash in it fails its test, and never ends this run."""
 
 import pytest
 

@@ -13,6 +13,7 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -209,11 +210,48 @@ def _rewritten_includes(options, tmp: Path) -> list[str]:
     return flags
 
 
+# One g++ run (a kernel file, a runtime source, a link) still going after this many seconds is
+# stopped: the labs' kernel files build in seconds, and a source that keeps the compiler busy
+# for minutes (templates recursing deep, a huge unrolled loop) would otherwise
+# keep whatever built it silent. CKPTLAB_EMU_BUILD_TIMEOUT_S sets it; the exercise checker lowers
+# it for a learner's file (ckptlab.exercises.write.child).
+DEFAULT_BUILD_LIMIT_S = 600.0
+BUILD_LIMIT_S: float | None = None  # set by a caller to lower it for its builds
+
+
+def build_limit_s() -> float:
+    """The time limit of one compiler run, in seconds."""
+    if BUILD_LIMIT_S is not None:
+        return BUILD_LIMIT_S
+    raw = os.environ.get("CKPTLAB_EMU_BUILD_TIMEOUT_S", "").strip()
+    if not raw:
+        return DEFAULT_BUILD_LIMIT_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0:
+        raise EmuCompileError(f"CKPTLAB_EMU_BUILD_TIMEOUT_S must be a number of seconds > 0, "
+                              f"got {raw!r}")
+    return seconds
+
+
 def _run(cmd, what):
     env = dict(os.environ, LC_ALL="C", LANG="C")  # plain ASCII quotes in the messages
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    limit = build_limit_s()
+    # a session of its own: on time-out the compiler's own children (cc1plus, as) stop too
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise EmuCompileError(f"{what} did not finish in {limit:g} s and was stopped "
+                              "(a source that keeps the compiler this busy: templates "
+                              "recursing deep, a huge unrolled loop?)") from None
     if proc.returncode != 0:
-        raise EmuCompileError(f"{what} failed:\n$ {' '.join(cmd)}\n{proc.stderr.strip()}")
+        raise EmuCompileError(f"{what} failed:\n$ {' '.join(cmd)}\n{err.strip()}")
 
 
 def _runtime_bytes() -> list[bytes]:

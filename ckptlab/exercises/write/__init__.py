@@ -24,7 +24,7 @@ from pathlib import Path
 from ckptlab import device
 from ckptlab.exercises.verdict import Verdict
 from ckptlab.exercises.write import check as _check
-from ckptlab.exercises.write import checkpoint_ex, files, regions, scratch
+from ckptlab.exercises.write import checkpoint_ex, files, regions, sandbox, scratch
 from ckptlab.exercises.write.check import NOT_ATTEMPTED, RIGHT, WRONG, Report
 from ckptlab.exercises.write.flash import DROPOUT_BACKWARD, FLASH_BACKWARD, FLASH_FORWARD
 from ckptlab.exercises.write.rows import NAIVE_DS, NAIVE_SOFTMAX, ROW_SOFTMAX
@@ -64,17 +64,17 @@ def check(name: str, file=None, hint: int = 1, picture=None) -> Report:
     """Build and check the learner's kernel for exercise `name` (labs/exercises/<name>.cu, or
     `file`); `hint` 1 or 2 picks the grade of the hint a wrong answer gets; `picture`, a .png,
     .pdf or .svg path, draws which block wrote each element of the outputs and which elements
-    are wrong (kernel exercises; ValueError for a file there that ckptlab did not draw)."""
+    are wrong (kernel exercises; ValueError for a file there that ckptlab did not draw). The
+    learner's code runs in a child process (sandbox.py): an exit there is a fault, never the
+    verdict."""
     if hint not in (1, 2):
         raise ValueError(f"hint must be 1 or 2, got {hint!r}")
     ex = scratch.for_file(get(name), file, {**EXERCISES, **SCRATCH})
-    if ex is checkpoint_ex.CHECKPOINT:
-        if picture is not None:
+    if picture is not None:
+        if ex is checkpoint_ex.CHECKPOINT:
             raise ValueError("checkpoint is Python: it has no access picture")
-        return checkpoint_ex.check(file, hint)
-    if scratch.is_scratch(ex):
-        return scratch.check(ex, file, hint, picture)
-    return _check.check(ex, file, hint, picture)
+        files.picture_format(picture)  # before any work: a name it may not draw over
+    return sandbox.check(ex, file, hint, picture)  # the learner's code runs in a child process
 
 
 def in_notebook(name: str, file=..., hint: int = 1) -> Verdict:
