@@ -1,0 +1,117 @@
+"""The planner's choices term by term: the memory a whole-layer recompute replaces, the
+micro-batches tried, the pruning that must keep the runner-up, the runner-up of another family,
+the recompute FLOPs of an interleaved layout, and the term why_faster names."""
+
+import pytest
+
+from ckptlab.cluster import planner, step_time
+from ckptlab.cluster import step_memory as sm
+
+GIB = 1024**3
+SMALL = sm.GPTShape(8, 512, 8, 512, 4096)
+TINY = sm.GPTShape(6, 256, 4, 256, 1000)
+
+
+@pytest.mark.parametrize("layout", [sm.Layout(), sm.Layout(tp=2, sp=True), sm.Layout(pp=2),
+                                    sm.Layout(pp=2, vp=2), sm.Layout(pp=4)])
+def test_a_layer_recomputed_whole_is_charged_its_input_only(layout):
+    """Selective (or FlashAttention's) recompute on top of every layer recomputed whole is the
+    full recompute: a whole layer keeps only its input, whatever the base; and each layer more
+    recomputed whole takes away one base layer and adds one input per micro-batch in flight."""
+    n = planner.chunk_layers(SMALL.layers, layout)
+    kw = dict(micro_batches=4, stage=0)
+    full = sm.step_memory(SMALL, layout, recompute="full", **kw)
+    for base in ("none", "flash", "selective"):
+        every = sm.step_memory(SMALL, layout, recompute=base, full_layers=n, **kw)
+        assert every.terms == full.terms, base
+    one = SMALL.layer_activations(1, "selective", t=layout.tp, sp=layout.sp, bytes_per_value=2)
+    inp = SMALL.layer_activations(1, "full", t=layout.tp, sp=layout.sp, bytes_per_value=2)
+    flight = sum(sm.pipeline.in_flight(0, layout.pp, 4, layout.vp))
+    acts = [sm.step_memory(SMALL, layout, recompute="selective", full_layers=k, **kw)
+            .terms["activations"] for k in range(n)]
+    steps = {b - a for a, b in zip(acts[1:-1], acts[2:], strict=True)}  # past k = 1
+    assert steps <= {flight * (inp - one)}
+
+
+def test_the_largest_micro_batch_is_tried():
+    """One GPU, a batch of one: the only micro-batch is the batch itself."""
+    chosen, rows = planner.plan(SMALL, 1, "a100", 40 * GIB, batch=1)
+    assert chosen is not None and chosen.layout.micro_batch == 1
+    _, rows = planner.plan(SMALL, 1, "a100", 40 * GIB, batch=32)
+    tried = {lay.micro_batch for lay, _ in rows}
+    assert tried == {1, 2, 4, 8, planner.MAX_MICRO_BATCH}
+
+
+def _every_option(model, gpus, memory, batch):
+    out = []
+    for lay, m in planner.layouts(model, gpus, "a100", batch):
+        if not isinstance(m, str):
+            if lay.zero == 3:
+                lay = planner.replace(lay, zero3="fsdp")
+            opt = planner.best_option(model, lay, m, "a100", memory)
+            if opt is not None:
+                out.append((lay, opt))
+    return out
+
+
+@pytest.mark.parametrize("model,gpus,batch,memory", [(TINY, 32, 32, 40), (TINY, 16, 64, 8),
+                                                     (SMALL, 16, 32, 8)])
+def test_pruning_keeps_the_runner_up(model, gpus, batch, memory):
+    """A layout is pruned only when its lower bound passes the second-best family's step: the
+    plan and the runner-up are the ones evaluating every layout gives."""
+    chosen, rows = planner.plan(model, gpus, "a100", memory * GIB, batch=batch)
+    every = _every_option(model, gpus, memory * GIB, batch)
+    best = min((o for _, o in every), key=lambda o: (o.step_s, o.peak))
+    assert chosen.step_s == best.step_s
+    ours, theirs = planner.runner_up(chosen, rows), planner.runner_up(best, every)
+    assert ours is not None and ours.step_s == theirs.step_s
+
+
+MID = sm.GPTShape(24, 2048, 16, 2048, 50257)
+
+
+@pytest.mark.parametrize("model,gpus,batch,memory", [(MID, 8, 64, 40), (SMALL, 16, 32, 8)])
+def test_the_runner_up_is_another_family(model, gpus, batch, memory):
+    """The runner-up is the fastest option of another layout family (t, SP, p, d, ZeRO: what
+    the report's table lists once), never the plan's own layout with another micro-batch or
+    virtual stages."""
+    chosen, rows = planner.plan(model, gpus, "a100", memory * GIB, batch=batch)
+    second = planner.runner_up(chosen, rows)
+    assert planner.family(second.layout) != planner.family(chosen.layout)
+    others = [o for _, o in rows if isinstance(o, planner.Option)
+              and planner.family(o.layout) != planner.family(chosen.layout)]
+    assert second.step_s == min(o.step_s for o in others)
+    same = [o for _, o in rows if isinstance(o, planner.Option) and o is not chosen
+            and planner.family(o.layout) == planner.family(chosen.layout)]
+    assert same  # the plan's own family has other options
+    if model is MID:  # and here one of them is the second fastest of all: the test can tell
+        fastest = min((o for _, o in rows if isinstance(o, planner.Option) and o is not chosen),
+                      key=lambda o: (o.step_s, o.peak))
+        assert planner.family(fastest.layout) == planner.family(chosen.layout)
+
+
+def test_recompute_flops_count_every_chunk():
+    """Interleaved, v chunks a stage: `full` layers of each chunk recomputed whole are v full
+    layers a stage; the rest run the base's recompute."""
+    model = sm.GPTShape(16, 512, 8, 512, 4096)
+    lay = sm.Layout(pp=2, vp=4, micro_batch=2)
+    m, b = 4, 2
+    for base in ("selective", "flash"):
+        opt = planner.evaluate(model, lay, m, "a100", 80 * GIB, base=base, full=1)
+        n = 8  # layers a stage
+        want = m * (4 * model.layer_forward_flops(b) + (n - 4) * model.recompute_flops(b, base))
+        assert opt.recompute_flops == want
+
+
+def _option(terms):
+    lay = sm.Layout()
+    mem = sm.StepMemory({"params": 1}, {}, 0)
+    return planner.Option(lay, "none", 0, 1, mem, step_time.StepTime(dict(terms)), 0.0)
+
+
+def test_why_faster_names_what_the_slower_loses_and_gains():
+    a = _option(dict(matmul_f=1.0, bubble=0.5, dp_exposed=0.2))
+    b = _option(dict(matmul_f=1.0, bubble=1.5, dp_exposed=0.1))
+    assert planner.why_faster(a, b) == "bubble +1 s, though data-parallel comm (exposed) -0.1 s"
+    c = _option(dict(matmul_f=1.0, bubble=0.5, tp_f=0.3, dp_exposed=0.2))
+    assert planner.why_faster(a, c) == "tensor-parallel comm +0.3 s"  # nothing gained
