@@ -4,7 +4,7 @@ the recompute FLOPs of an interleaved layout, and the term why_faster names."""
 
 import pytest
 
-from ckptlab.cluster import planner, step_time
+from ckptlab.cluster import pipeline, planner, step_time
 from ckptlab.cluster import step_memory as sm
 
 GIB = 1024**3
@@ -115,3 +115,64 @@ def test_why_faster_names_what_the_slower_loses_and_gains():
     assert planner.why_faster(a, b) == "bubble +1 s, though data-parallel comm (exposed) -0.1 s"
     c = _option(dict(matmul_f=1.0, bubble=0.5, tp_f=0.3, dp_exposed=0.2))
     assert planner.why_faster(a, c) == "tensor-parallel comm +0.3 s"  # nothing gained
+
+
+def test_a_plan_that_fills_the_memory_exactly_fits():
+    chosen, _ = planner.plan(SMALL, 4, "a100", 8 * GIB, batch=32)
+    again, _ = planner.plan(SMALL, 4, "a100", chosen.peak, batch=32)
+    assert again is not None and again.peak == chosen.peak <= again.peak
+
+
+def test_every_layout_of_the_docstring_is_tried():
+    """Sequence parallelism on and off when t > 1, every virtual-stage count up to MAX_VIRTUAL
+    that divides L / p, ZeRO 0-3 without a pipeline and 0-1 with one."""
+    model = sm.GPTShape(24, 512, 8, 512, 4096)
+    tried = [lay for lay, m in planner.layouts(model, 16, "a100", 64) if not isinstance(m, str)]
+    assert {lay.sp for lay in tried if lay.tp > 1} == {False, True}
+    assert {lay.vp for lay in tried if lay.pp == 2} == set(range(1, planner.MAX_VIRTUAL + 1))
+    assert {lay.zero for lay in tried if lay.pp == 1 and lay.dp > 1} == {0, 1, 2, 3}
+    assert {lay.zero for lay in tried if lay.pp > 1 and lay.dp > 1} == {0, 1}
+
+
+def test_the_families_tell_zero_stages_apart():
+    assert planner.family(sm.Layout(dp=4, zero=1)) != planner.family(sm.Layout(dp=4, zero=3))
+    assert planner.family(sm.Layout(dp=4, micro_batch=2, vp=1)) == \
+        planner.family(sm.Layout(dp=4, micro_batch=8))
+
+
+def test_why_not_names_the_largest_term():
+    model = sm.GPTShape(32, 4096, 32, 2048, 50257)
+    text = planner.why_not(model, sm.Layout(), 1)
+    least = sm.step_memory(planner.padded(model, 1), sm.Layout(), "bf16", "full",
+                           micro_batches=1)
+    term = max(least.terms, key=least.terms.get)
+    assert f"largest term {term} " in text and term != min(least.terms, key=least.terms.get)
+
+
+def test_the_ties_are_the_families_within_the_error():
+    fast, close, far = (_option(dict(matmul_f=s)) for s in (1.0, 1.03, 1.2))
+    close = planner.replace(close, layout=sm.Layout(tp=2))
+    far = planner.replace(far, layout=sm.Layout(tp=4))
+    rows = [(o.layout, o) for o in (fast, close, far)]
+    assert planner.within_error(fast, rows, 0.055) == [fast, close]
+    assert planner.within_error(fast, rows, 0.0) == [fast]  # the plan ties with itself
+
+
+def test_a_whole_chunk_or_none_recomputes_every_layer_of_the_chunk():
+    """partial_full=False (Megatron-LM before --recompute-method block): when some layers must
+    be recomputed whole, all of the chunk's are."""
+    model = sm.GPTShape(8, 1024, 16, 2048, 50257)
+    lay = sm.Layout(pp=2)
+    some = planner.evaluate(model, lay, 4, "a100", 2.9 * GIB, base="selective")
+    assert some is not None and 0 < some.full < 4
+    every = planner.evaluate(model, lay, 4, "a100", 2.9 * GIB, base="selective",
+                             partial_full=False)
+    assert every.full == planner.chunk_layers(model.layers, lay) == 4
+
+
+def test_stages_that_can_be_the_fullest():
+    """Even stages: only the first and the last can hold the most; uneven: also the first
+    middle stage with more layers than the first."""
+    assert pipeline.distinct_stages(8, 4) == [0, 3]
+    assert pipeline.distinct_stages(16, 4, 2) == [0, 3]
+    assert pipeline.distinct_stages(10, 4) == [0, 1, 3]  # 2, 3, 3, 2
