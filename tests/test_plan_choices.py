@@ -4,7 +4,7 @@ the recompute FLOPs of an interleaved layout, and the term why_faster names."""
 
 import pytest
 
-from ckptlab.cluster import pipeline, planner, step_time
+from ckptlab.cluster import pipeline, planner, step_time, zero3
 from ckptlab.cluster import step_memory as sm
 
 GIB = 1024**3
@@ -176,3 +176,22 @@ def test_stages_that_can_be_the_fullest():
     assert pipeline.distinct_stages(8, 4) == [0, 3]
     assert pipeline.distinct_stages(16, 4, 2) == [0, 3]
     assert pipeline.distinct_stages(10, 4) == [0, 1, 3]  # 2, 3, 3, 2
+
+
+def test_deepspeeds_gradient_bucket_is_at_most_the_stage():
+    """DeepSpeed reduces its gradients in buckets of reduce_bucket_size elements: a stage with
+    fewer parameters holds them all, never a whole bucket."""
+    ds = zero3.DEEPSPEED
+    small, big = 10**6, 10**10
+    live = min(2 * 10**6 + ds["prefetch_bucket"], ds["max_live"])
+    assert zero3.transient_bytes("deepspeed", 2 * 10**6, small, 2, 4) == live * 2 + small * 4
+    assert zero3.transient_bytes("deepspeed", 2 * 10**6, big, 2, 4) == \
+        live * 2 + ds["reduce_bucket"] * 4
+
+
+def test_the_default_micro_batches_reach_every_schedules_peak():
+    """step_memory without m takes 2 p: past the interleaved schedule's m = p (every forward
+    first) and enough for 1F1B's p - i."""
+    for lay in (sm.Layout(pp=2, vp=2), sm.Layout(pp=4), sm.Layout(pp=4, vp=2)):
+        default = sm.step_memory(SMALL, lay)
+        assert default.terms == sm.step_memory(SMALL, lay, micro_batches=2 * lay.pp).terms
