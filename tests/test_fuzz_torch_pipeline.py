@@ -19,7 +19,8 @@ def random_demo(rng):
     cfg = Config(steps=2, layers=rng.choice([2, 3, 4]), width=heads * rng.choice([8, 16]),
                  heads=heads, seq=rng.choice([1, 3, 8]), batch=m * rng.choice([1, 2]),
                  vocab=16, attn=rng.choice(["flash", "stored", "flash", "math"]),
-                 schedule=rng.choice(["none", "every(1)", "sqrt", "optimal(100%)"]), seed=rng.randrange(9))
+                 schedule=rng.choice(["none", "every(1)", "sqrt", "optimal(100%)"]),
+                 seed=rng.randrange(9))
     kinds = rng.choice([pipeline.SCHEDULES, ("gpipe",), ("1f1b",)])
     return cfg, kinds, m
 

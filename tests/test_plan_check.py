@@ -131,16 +131,20 @@ def test_command(capsys, tmp_path):
     assert "cannot write it" in err and "\n" not in err
 
 
-def test_a_slower_plan_would_be_reported(monkeypatch):
-    """The "never slower" check can fail: a planner that returned the published layout at twice
-    its time is caught and the target reported as not met."""
+@pytest.mark.parametrize("slower", [1e6, 0.01])
+def test_a_slower_plan_would_be_reported(monkeypatch, slower):
+    """The "never slower" check can fail: a planner that returned its plan a million seconds,
+    or 1% of its step, slower than the published layout is caught and the target reported as
+    not met."""
     real = pc.planner.plan
 
     def slow_plan(model, *args, **kw):
         chosen, rows = real(model, *args, **kw)
         slow = pc.planner.Option(chosen.layout, chosen.base, chosen.full, chosen.micro_batches,
                                  chosen.memory, chosen.time, chosen.recompute_flops)
-        slow.time.terms["optimizer"] += 1e6
+        opt, _ = pc.published_option(published_runs.run("22B"))
+        slow.time.terms["optimizer"] += opt.step_s * (1 + slower) - chosen.step_s \
+            if slower < 1 else slower
         return slow, rows
 
     monkeypatch.setattr(pc.planner, "plan", slow_plan)

@@ -4,7 +4,7 @@ the recompute FLOPs of an interleaved layout, and the term why_faster names."""
 
 import pytest
 
-from ckptlab.cluster import pipeline, planner, step_time, zero3
+from ckptlab.cluster import efficiency, pipeline, planner, step_time, zero3
 from ckptlab.cluster import step_memory as sm
 
 GIB = 1024**3
@@ -195,3 +195,9 @@ def test_the_default_micro_batches_reach_every_schedules_peak():
     for lay in (sm.Layout(pp=2, vp=2), sm.Layout(pp=4), sm.Layout(pp=4, vp=2)):
         default = sm.step_memory(SMALL, lay)
         assert default.terms == sm.step_memory(SMALL, lay, micro_batches=2 * lay.pp).terms
+
+
+@pytest.mark.parametrize("x", [0, -1, float("nan")])
+def test_the_efficiency_curve_needs_a_positive_width(x):
+    with pytest.raises(ValueError, match="positive GEMM dimension"):
+        efficiency.curve(x)
