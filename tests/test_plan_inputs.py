@@ -46,3 +46,12 @@ def test_a_pruned_layout_is_not_said_to_miss_the_memory():
     for _, o in rows:  # every "does not fit" reason is one the memory or the batch gives
         if isinstance(o, str) and not planner.is_pruned(o):
             assert o.startswith(("needs", "batch")), o
+
+
+def test_head_dims_the_attention_model_has_kernels_for():
+    """A head dimension that is a multiple of 8 in [8, 256] plans; the ends included."""
+    for d in (8, 256):
+        planner.check_limits(sm.GPTShape(2, 2 * d, 2, 64, 64), 1)
+    for d in (4, 12, 264):
+        with pytest.raises(ValueError, match="head dim"):
+            planner.check_limits(sm.GPTShape(2, 2 * d, 2, 64, 64), 1)
