@@ -201,3 +201,20 @@ def test_the_default_micro_batches_reach_every_schedules_peak():
 def test_the_efficiency_curve_needs_a_positive_width(x):
     with pytest.raises(ValueError, match="positive GEMM dimension"):
         efficiency.curve(x)
+
+
+@pytest.mark.parametrize("layout", [sm.Layout(), sm.Layout(pp=2), sm.Layout(pp=2, vp=2),
+                                    sm.Layout(pp=3), sm.Layout(tp=2, sp=True)])
+def test_selective_time_is_not_charged_on_layers_recomputed_whole(layout):
+    """Selective recompute with every layer of each chunk recomputed whole takes the full
+    recompute's time term by term (same attention kernel): a whole layer reruns its forward,
+    never its attention core a second time on top."""
+    model = sm.GPTShape(12, 512, 8, 512, 4096)
+    n = planner.chunk_layers(model.layers, layout)
+    kw = dict(micro_batches=2 * layout.pp)
+    every = step_time.step_time(model, layout, "a100", "bf16", "selective", n, **kw)
+    full = step_time.step_time(model, layout, "a100", "bf16", "full", **kw)
+    assert every.terms == pytest.approx(full.terms, rel=1e-12)
+    some = step_time.step_time(model, layout, "a100", "bf16", "selective", 1, **kw)
+    assert full.terms["recompute"] > some.terms["recompute"] > \
+        step_time.step_time(model, layout, "a100", "bf16", "selective", 0, **kw).terms["recompute"]
