@@ -11,7 +11,9 @@ from ckptlab.cluster import pipeline
 def megatron_peak(stage, p, m, v):
     """Run one stage's op sequence as Megatron-LM orders it (warm-up forwards, then one forward
     and one backward at a time, then the cool-down backwards) and return the per-chunk counts
-    of micro-batches in flight when the total is largest (the first time)."""
+    of micro-batches in flight at the stage's peak: when the total is largest and, of those
+    moments, the first whose chunk with more than layers holds the most (the embeddings' chunk
+    0 on stage 0, the head's last chunk on stage p - 1: their bytes grow with that count)."""
     total = m * v
     if v == 1:
         warm = min(p - stage - 1, m)
@@ -31,9 +33,12 @@ def megatron_peak(stage, p, m, v):
     ops += [("b", i) for i in range(total - warm, total)]
     for kind, k in ops:
         held[chunk(k, kind == "f")] += 1 if kind == "f" else -1
-        if best is None or sum(held) > sum(best):
-            best = list(held)
-    return best
+        assert min(held) >= 0
+        heavy = held[0] if stage == 0 else held[-1] if stage == p - 1 else 0
+        if best is None or (sum(held), heavy) > best[0]:
+            best = ((sum(held), heavy), list(held))
+    assert held == [0] * v  # every micro-batch ran its backward on every chunk
+    return best[1]
 
 
 @pytest.mark.parametrize("p,m,v", [(1, 1, 1), (2, 1, 1), (4, 8, 1), (4, 2, 1), (2, 4, 2),
@@ -43,13 +48,30 @@ def test_in_flight_is_megatrons_schedule(p, m, v):
         assert pipeline.in_flight(stage, p, m, v) == megatron_peak(stage, p, m, v), stage
 
 
+@pytest.mark.parametrize("p", range(2, 9))
+def test_in_flight_is_megatrons_schedule_over_a_grid(p):
+    for v in range(2, 5):
+        for m in range(p, 6 * p + 1, p):
+            for stage in range(p):
+                assert pipeline.in_flight(stage, p, m, v) == megatron_peak(stage, p, m, v), \
+                    (stage, p, m, v)
+
+
+def test_large_m_is_counted_without_running_the_schedule():
+    """m in the millions: the counts repeat every p v steps, so the answer comes at once and is
+    a small m's (the peak is reached within the first p v steps of the steady state)."""
+    assert pipeline.in_flight(0, 8, 8 * 10**6, 4) == pipeline.in_flight(0, 8, 8 * 6, 4)
+
+
 def test_by_hand_1f1b_and_interleaved():
     # 1F1B, p = 4: stage i holds p - i micro-batches, never more than m
     assert [pipeline.in_flight(i, 4, 8)[0] for i in range(4)] == [4, 3, 2, 1]
     assert [pipeline.in_flight(i, 4, 2)[0] for i in range(4)] == [2, 2, 2, 1]
     # interleaved p = 2, v = 2, m = 4: stage 0 runs 2 + 2 = 4 warm-up forwards then one more:
-    # forwards 0, 1 on chunk 0, 2, 3 on chunk 1, 4 on chunk 0 -> [3, 2]; stage 1: 2 + 1 -> [2, 1]
-    assert pipeline.in_flight(0, 2, 4, 2) == [3, 2]
+    # forwards 0, 1 on chunk 0, 2, 3 on chunk 1, 4 on chunk 0 -> [3, 2]; then backward 0 frees
+    # chunk 1 and forward 5 runs on chunk 0 -> [4, 1], as many chunks and more of chunk 0 (the
+    # one holding the embeddings' ids and dropout masks): the peak. Stage 1: 2 + 1 -> [2, 1]
+    assert pipeline.in_flight(0, 2, 4, 2) == [4, 1]
     assert pipeline.in_flight(1, 2, 4, 2) == [2, 1]
 
 

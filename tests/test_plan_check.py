@@ -8,7 +8,7 @@ import pytest
 
 from ckptlab.cli import bench_plan_check as pc
 from ckptlab.cli import main as cli
-from ckptlab.cluster import published_runs
+from ckptlab.cluster import published_llama, published_runs
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +120,8 @@ def test_command(capsys, tmp_path):
     assert "planner never slower: met" in out and "limited to the run's software: met" in out
     assert "Table 1, row 10 (1008.0B)" in out and "Table 5 (MFU), row 1T" in out
     assert "llm-foundry" in out and "1008.0B*" in out and "mpt-7b/8x80 " in out
-    assert out_csv.read_text().count("\n") == 25
+    llama = len(published_llama.RUNS)
+    assert out_csv.read_text().count("\n") == 25 + llama  # both sections' rows and a header
     assert cli.main(["bench", "plan-check", "--csv", str(tmp_path / "no" / "x.csv")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert cli.main(["bench", "plan-check", "--csv", str(tmp_path)]) == 2
@@ -130,16 +131,20 @@ def test_command(capsys, tmp_path):
     assert "cannot write it" in err and "\n" not in err
 
 
-def test_a_slower_plan_would_be_reported(monkeypatch):
-    """The "never slower" check can fail: a planner that returned the published layout at twice
-    its time is caught and the target reported as not met."""
+@pytest.mark.parametrize("slower", [1e6, 0.01])
+def test_a_slower_plan_would_be_reported(monkeypatch, slower):
+    """The "never slower" check can fail: a planner that returned its plan a million seconds,
+    or 1% of its step, slower than the published layout is caught and the target reported as
+    not met."""
     real = pc.planner.plan
 
     def slow_plan(model, *args, **kw):
         chosen, rows = real(model, *args, **kw)
         slow = pc.planner.Option(chosen.layout, chosen.base, chosen.full, chosen.micro_batches,
                                  chosen.memory, chosen.time, chosen.recompute_flops)
-        slow.time.terms["optimizer"] += 1e6
+        opt, _ = pc.published_option(published_runs.run("22B"))
+        slow.time.terms["optimizer"] += opt.step_s * (1 + slower) - chosen.step_s \
+            if slower < 1 else slower
         return slow, rows
 
     monkeypatch.setattr(pc.planner, "plan", slow_plan)
@@ -215,3 +220,20 @@ def test_fsdp_runs_overlap_their_traffic_megatrons_2021_runs_do_not():
                                  pc.memory_of(fsdp), pc.RECIPE, fsdp.loss, "flash", 0, False,
                                  overlap_dp=False)
     assert serial.time.terms["dp_exposed"] > opt.time.terms["dp_exposed"]
+
+
+def test_csv_to_stdout_is_a_csv_and_the_tables_go_to_stderr(capsys):
+    """`--csv - > rows.csv` is a CSV: every line of stdout a row (both sections, marked), the
+    human tables on stderr."""
+    import csv
+    import io
+
+    assert cli.main(["bench", "plan-check", "--csv", "-"]) == 0
+    cap = capsys.readouterr()
+    rows = list(csv.DictReader(io.StringIO(cap.out)))
+    assert [r["section"] for r in rows] == ["gpt"] * len(published_runs.RUNS) + \
+        ["llama"] * len(published_llama.RUNS)
+    assert [r["run"] for r in rows] == [r.name for r in published_runs.RUNS] + \
+        [r.name for r in published_llama.RUNS]
+    assert "every published layout fits: met" in cap.err and "Llama-family" in cap.err
+    assert "sources:" not in cap.out

@@ -138,14 +138,15 @@ def test_pipeline_1f1b_by_hand():
 
 
 def test_pipeline_interleaved_by_hand():
-    """p = 2, v = 2 (one layer a chunk), m = 4: stage 0 holds 3 + 2 = 5 chunks in flight,
-    stage 1 holds 2 + 1 = 3 (ckptlab.cluster.pipeline)."""
+    """p = 2, v = 2 (one layer a chunk), m = 4: stage 0 holds 4 + 1 = 5 chunks in flight at
+    its peak (chunk 0 filling past the first backward), stage 1 holds 2 + 1 = 3
+    (ckptlab.cluster.pipeline)."""
     g = sm.GPTShape(**SMALL, tied=False)
     lay = sm.Layout(pp=2, vp=2)
     layer = 16 * 4 * SBH + 4 * 2 * 16
     first = sm.step_memory(g, lay, "fp32", "none", dropout=False, micro_batches=4, stage=0)
-    # the ids: once for each micro-batch in flight in chunk 0 (3)
-    assert first.terms["activations"] == 5 * layer + 3 * (8 * 4 + 8 * 4)
+    # the ids: once for each micro-batch in flight in chunk 0 (4)
+    assert first.terms["activations"] == 5 * layer + 4 * (8 * 4 + 8 * 4)
     last = sm.step_memory(g, lay, "fp32", "none", dropout=False, micro_batches=4, stage=1)
     head = 2 * 4 * SBH + 4 * 4 * 16 + 8 * 4 + 4
     assert last.terms["activations"] == 3 * layer + head

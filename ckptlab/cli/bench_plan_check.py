@@ -283,12 +283,20 @@ def format_table(table: list[dict]) -> str:
     return "\n".join(out)
 
 
+def csv_rows(table: list[dict], llama: list[dict]) -> list[dict]:
+    """Both sections' rows for one CSV, each marked with its section (gpt or llama)."""
+    return [dict(section="gpt", **r) for r in table] + \
+        [dict(section="llama", **r) for r in llama]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m ckptlab bench plan-check", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--fit", action="store_true",
                    help="refit the efficiency curve on the calibration rows and print it")
-    p.add_argument("--csv", metavar="FILE", help="write the rows as CSV ('-': stdout)")
+    p.add_argument("--csv", metavar="FILE", help="write the rows as CSV, the Llama section's "
+                   "included (a column `section`: gpt or llama; '-': stdout, and the tables go "
+                   "to stderr)")
     a = p.parse_args(argv)
     if a.csv is not None:
         writable_file(a.csv)
@@ -298,13 +306,14 @@ def main(argv=None) -> int:
               f"E_MAX = {e_max:g}, X_HALF = {x_half:g} (ckptlab.cluster.efficiency holds "
               f"E_MAX = {efficiency.E_MAX:g}, X_HALF = {efficiency.X_HALF:g})")
         return 0
-    table = rows()
-    print(format_table(table))
-    print()
-    print(bench_plan_check_llama.format_table(bench_plan_check_llama.rows()))
+    table, llama = rows(), bench_plan_check_llama.rows()
+    out = sys.stderr if a.csv == "-" else sys.stdout  # `--csv - > rows.csv` is a CSV
+    print(format_table(table), file=out)
+    print(file=out)
+    print(bench_plan_check_llama.format_table(llama), file=out)
     if a.csv is not None:
         try:
-            write_csv(table, a.csv)
+            write_csv(csv_rows(table, llama), a.csv)
         except OSError as e:
             raise UsageError(f"--csv {a.csv}: cannot write it ({e.strerror or e})") from None
     return 0

@@ -167,14 +167,18 @@ def report(model, chosen, rows, gpus, gpu, memory, recipe, loss="torch",
                      f"{o.peak / GIB:>9.2f}{o.step_s:>9.3g}")
     if len(best) > len(shown):
         lines.append(f"... and {len(best) - len(shown)} more layouts that fit (--all)")
-    bad = {}
+    bad, pruned = {}, {}
     for lay, o in rows:
         if isinstance(o, str) and planner.family(lay) not in best:
-            bad.setdefault(planner.family(lay), (lay, o))
+            (pruned if planner.is_pruned(o) else bad).setdefault(planner.family(lay), (lay, o))
     for lay, o in list(bad.values())[: None if everything else 8]:
         lines.append(f"{layout_text(lay):<30} does not fit: {o}")
     if len(bad) > 8 and not everything:
         lines.append(f"... and {len(bad) - 8} more that do not fit (--all)")
+    for lay, o in list(pruned.values())[: None if everything else 4]:
+        lines.append(f"{layout_text(lay):<30} {o}")
+    if len(pruned) > 4 and not everything:
+        lines.append(f"... and {len(pruned) - 4} more pruned as slower, not evaluated (--all)")
     return "\n".join(lines)
 
 

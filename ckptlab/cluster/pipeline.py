@@ -153,9 +153,14 @@ def check_micro_batches(m: int, p: int, v: int = 1) -> None:
 
 
 def in_flight(stage: int, p: int, m: int, v: int = 1) -> list[int]:
-    """Per chunk of `stage`, the micro-batches whose activations it holds at its peak (just
-    before its first backward): min(p - i, m) with 1F1B; with v chunks, the first q forwards of
-    Megatron's order, q = min(2 (p - i - 1) + (v - 1) p + 1, m v) (m v when m = p)."""
+    """Per chunk of `stage`, the micro-batches whose activations it holds at its peak:
+    min(p - i, m) with 1F1B. With v chunks, Megatron's order (module docstring): w warm-up
+    forwards, w = min(2 (p - i - 1) + (v - 1) p, m v) (m v when m = p), then forward w + j and
+    backward j alternate, the j-th backward on chunk v - 1 - (j mod p v) // p. The stage holds
+    w + 1 micro-batch chunks after every forward of that steady state; of those moments the
+    peak is the one whose chunk with more than layers (the embeddings' on stage 0, the head's
+    on stage p - 1) holds the most: on stage 0 chunk 0 keeps filling while the backwards free
+    the later chunks first, so its count can exceed what it holds at the first backward."""
     _count("p", p)
     _count("v", v)
     if not 0 <= stage < p:
@@ -163,14 +168,25 @@ def in_flight(stage: int, p: int, m: int, v: int = 1) -> list[int]:
     check_micro_batches(m, p, v)
     if v == 1:
         return [min(p - stage, m)]
-    q = m * v if m == p else min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v)
-    counts = [0] * v
-    # the k-th forward runs chunk (k mod p v) // p; only the counts per chunk matter here, so
-    # whole groups of p v forwards are counted at once (q can be large)
-    whole, rest = divmod(q, p * v)
-    for c in range(v):
-        counts[c] = whole * p + min(max(rest - c * p, 0), p)
-    return counts
+    total = m * v
+    warm = total if m == p else min(2 * (p - stage - 1) + (v - 1) * p, total)
+    if warm == total:  # every forward runs before the first backward
+        return [m] * v
+    # only the counts per chunk matter, and they repeat every p v steps: whole groups of p v
+    # forwards or backwards are counted at once (m v can be large)
+    moments = [[_ran(warm + j + 1, c, p, v) - _ran(j, v - 1 - c, p, v) for c in range(v)]
+               for j in range(min(total - warm, p * v))]
+    heavy = 0 if stage == 0 else v - 1 if stage == p - 1 else None
+    if heavy is None:
+        return moments[0]
+    return max(moments, key=lambda counts: counts[heavy])  # the first of the fullest
+
+
+def _ran(n: int, c: int, p: int, v: int) -> int:
+    """Of the first n forwards (or backwards, with c counted from the last chunk), how many ran
+    on chunk c: the k-th on chunk (k mod p v) // p."""
+    whole, rest = divmod(n, p * v)
+    return whole * p + min(max(rest - c * p, 0), p)
 
 
 def bubble_fraction(p: int, m: int, v: int = 1) -> float:

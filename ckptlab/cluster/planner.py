@@ -30,6 +30,7 @@ recompute of every layer of a chunk or none.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from ckptlab.cluster import pipeline, step_time
@@ -67,6 +68,22 @@ def check_limits(model: sm.GPTShape, gpus: int, batch: int | None = None,
     if d % 8 or not 8 <= d <= 256:
         raise ValueError(f"head dim h / a = {d}: the attention time model (the lab's kernels, "
                          "like FlashAttention's) needs a multiple of 8 in [8, 256]")
+
+
+PRUNED = "pruned, slower than the best by a lower bound: "  # a row's reason: never evaluated
+
+
+def is_pruned(reason) -> bool:
+    """Whether a row's reason says the layout was skipped as slower, not that it does not fit."""
+    return isinstance(reason, str) and reason.startswith(PRUNED)
+
+
+def check_memory(memory) -> None:
+    """ValueError (one line) unless `memory` is a positive, finite number of bytes: a memory
+    of NaN, 0 or less would otherwise read as "nothing fits"."""
+    if isinstance(memory, bool) or not isinstance(memory, (int, float)) \
+            or not math.isfinite(memory) or memory <= 0:
+        raise ValueError(f"memory: expected a positive, finite number of bytes, got {memory!r}")
 
 
 def padded(model: sm.GPTShape, t: int) -> sm.GPTShape:
@@ -234,6 +251,7 @@ def plan(model, gpus: int, gpu: str, memory: float, batch: int | None = None,
     zero_stages and partial_full=False (evaluate) leave out what a run's software did not
     have; zero3 the ZeRO-3 implementation ("fsdp" or "deepspeed": ckptlab.cluster.zero3)."""
     check_limits(model, gpus, batch, micro_batch)
+    check_memory(memory)
     roofline.spec(gpu)
     bad = [b for b in bases if b not in BASES] + [z for z in zero_stages
                                                   if z not in ZERO_STAGES]
@@ -257,8 +275,8 @@ def plan(model, gpus: int, gpu: str, memory: float, batch: int | None = None,
     for lb, layout, m in sorted(todo, key=lambda x: x[0]):
         times = sorted(best.values())
         if len(times) >= 2 and lb >= times[1]:
-            rows.append((layout, f"slower: its matmuls alone take {lb:.3g} s, more than the "
-                                 "runner-up's whole step"))
+            rows.append((layout, f"{PRUNED}its matmuls alone take {lb:.3g} s, more than "
+                                 "the runner-up's whole step"))
             continue
         opt = best_option(model, layout, m, gpu, memory, recipe, loss, bases, dropout,
                           achievable, overlap_dp, partial_full)
