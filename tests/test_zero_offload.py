@@ -152,3 +152,10 @@ def test_forced_offload_on_one_gpu():
     assert all(lay.offload == "optimizer" for lay, _ in rows)
     with pytest.raises(ValueError, match="offload: expected"):
         planner.plan(plan.MODELS["gpt2-small"], 1, "4090", 24 * GIB, offload="disk")
+
+
+def test_forced_offload_where_it_is_not_modeled_says_so(capsys):
+    assert run("plan", "--model", "gpt3-175b", "--gpu", "a100", "--gpus", "1024",
+               "--memory-gb", "80", "--batch", "1536", "--offload", "optimizer") == 1
+    assert "NOTHING FITS: offload is modeled for one data-parallel rank and one pipeline " \
+        "stage" in capsys.readouterr().out

@@ -27,6 +27,10 @@ log-softmax) or fused (Megatron's vocabulary-parallel cross-entropy, in place).
 --recipe bf16 is ZeRO's 16 bytes a parameter (16-bit gradients); bf16-fp32grad is Megatron's 18
 (fp32 main gradients; with ZeRO-1 that is its distributed optimizer, 6 + 12/d).
 --compare T,P evaluates one layout of your own (say a published one) beside the plan.
+--offload auto (the default) keeps the model states in host memory where nothing fits the GPU
+alone (ckptlab.cluster.zero_offload: ZeRO-Offload's optimizer on the CPU, or ZeRO-Infinity's
+parameters streamed over PCIe), checked against --host-memory-gb a GPU; none, optimizer or params
+choose.
 """
 
 from __future__ import annotations
@@ -114,10 +118,14 @@ def nothing_fits(rows: list, gpus: int, batch) -> str:
     reasons = [o for _, o in rows if isinstance(o, str)]
     memory = sum(r.startswith("needs") for r in reasons)
     host = sum(r.startswith("host memory") for r in reasons)
-    split = len(reasons) - memory - host - sum(r.startswith("offload is") for r in reasons)
+    scope = sum(r.startswith("offload is") for r in reasons)
+    split = len(reasons) - memory - host - scope
     if memory == 0 and host:
         return (f"NOTHING FITS: {host} offloading layout(s) need more host memory than given "
-                "(see below); without offload nothing fits the GPU")
+                "(see below)")
+    if memory == host == 0 and scope:
+        return ("NOTHING FITS: offload is modeled for one data-parallel rank and one pipeline "
+                f"stage, which no layout of the {gpus} GPUs that splits the batch has")
     if not rows:
         return f"NOTHING FITS: no layout of {gpus} GPUs (t within a node must divide the heads)"
     if memory == 0:

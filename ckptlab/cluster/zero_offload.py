@@ -191,8 +191,11 @@ def describe(model, layout, rec, gpu_name: str, m: int, forward_s: float, backwa
     share = f" / {sharing} GPUs" if sharing > 1 else ""
     lines.append(f"  CPU Adam {psi / 1e9:.2f}B parameters x {CPU_ADAM_BYTES} bytes at "
                  f"{rate / 1e9:.1f} GB/s{share} ({what}) = "
-                 f"{cpu_adam_s(psi, gpu_name, sharing):.3g} s after the backward (no delayed "
-                 "parameter update)")
+                 f"{cpu_adam_s(psi, gpu_name, sharing):.3g} s after the backward")
+    now = time_terms(model, layout, rec, gpu_name, m, forward_s, backward_s, False, sharing)
+    late = time_terms(model, layout, rec, gpu_name, m, forward_s, backward_s, True, sharing)
+    lines.append(f"  (ZeRO-Offload's one-step delayed parameter update would hide "
+                 f"{sum(now.values()) - sum(late.values()):.3g} s of it behind the next step)")
     return lines
 
 
