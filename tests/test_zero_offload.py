@@ -114,6 +114,7 @@ def test_llama3_8b_on_one_24gb_card_offloads(capsys):
     assert "nothing fits the GPU alone" in out
     assert "chosen: t=1 d=1 offload params" in out
     assert "host memory 136.6 GiB of 160" in out and "CPU Adam 8.03B parameters" in out
+    assert "gradients down 0.642 s a micro-batch" in out and "(hidden)" in out  # 16 GB / 25
     chosen, _ = planner.plan(L8, 1, "4090", 24 * GIB, 8, offload="auto", host_memory=160 * GIB)
     assert chosen.layout.offload == "params" and chosen.peak <= 24 * GIB
     assert chosen.time.terms["cpu_adam"] > 0
