@@ -209,7 +209,8 @@ def variants(rows, modes, model, rec, host_memory: float):
             if why is None and mode != "none" and not isinstance(m, str):
                 need = sum(host_bytes(model, lay, rec).values())
                 if need > host_memory:
-                    why = (f"host memory: offloading the {mode} needs {need / GIB:.1f} GiB of "
+                    what = "optimizer" if mode == "optimizer" else "parameters and optimizer"
+                    why = (f"host memory: offloading the {what} needs {need / GIB:.1f} GiB of "
                            f"host memory a GPU, more than the {host_memory / GIB:.3g} GiB given "
                            "(--host-memory-gb)")
             yield lay, (why if why is not None else m)
