@@ -27,6 +27,10 @@ log-softmax) or fused (Megatron's vocabulary-parallel cross-entropy, in place).
 --recipe bf16 is ZeRO's 16 bytes a parameter (16-bit gradients); bf16-fp32grad is Megatron's 18
 (fp32 main gradients; with ZeRO-1 that is its distributed optimizer, 6 + 12/d).
 --compare T,P evaluates one layout of your own (say a published one) beside the plan.
+--offload auto (the default) keeps the model states in host memory where nothing fits the GPU
+alone (ckptlab.cluster.zero_offload: ZeRO-Offload's optimizer on the CPU, or ZeRO-Infinity's
+parameters streamed over PCIe), checked against --host-memory-gb a GPU; none, optimizer or params
+choose.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from ckptlab.cli import hf_llama
 from ckptlab.cli.report import UsageError, positive_float, positive_int
 from ckptlab.cluster import efficiency, planner, step_time, zero3
 from ckptlab.cluster import step_memory as sm
+from ckptlab.cluster import zero_offload as offloading
 from ckptlab.measure import roofline
 
 GIB = 1024**3
@@ -71,6 +76,8 @@ plan = planner.plan  # (model, gpus, gpu, memory, batch, micro_batch, recipe, lo
 def layout_text(lay: sm.Layout) -> str:
     pipe = f" p={lay.pp}" + (f" v={lay.vp}" if lay.vp > 1 else "") if lay.pp > 1 else ""
     zero = "FSDP/ZeRO-3" if lay.zero == 3 else f"ZeRO-{lay.zero}"
+    if lay.offload != "none":  # ZeRO-Offload / ZeRO-Infinity on one data-parallel rank
+        zero = f"offload {lay.offload}"
     return f"t={lay.tp}{' +SP' if lay.sp else ''}{pipe} d={lay.dp} {zero}"
 
 
@@ -78,7 +85,20 @@ def _terms(o: Option) -> str:
     return " + ".join(f"{k} {v:.3g}" for k, v in planner.grouped(o.time).items() if v > 0)
 
 
-def _describe(o: Option, model, gpus: int, gpu: str, recipe: str) -> list[str]:
+def _offload(o: Option, model, gpu: str, recipe: str, host_memory: float) -> list[str]:
+    """The offload's lines (host memory, PCIe transfers, the CPU step), none without."""
+    if o.layout.offload == "none":
+        return []
+    p = o.time.parts
+    fwd = p["matmul_f"] + p["attention_f"] + p["elementwise_f"] + p["tp_f"]
+    return offloading.describe(padded(model, o.layout.tp), o.layout, sm.recipe_of(recipe),
+                               roofline.spec(gpu)["name"], o.micro_batches, fwd,
+                               o.time.micro_batch_s - fwd, host_memory,
+                               min(step_time.links(gpu)[0], o.layout.gpus))
+
+
+def _describe(o: Option, model, gpus: int, gpu: str, recipe: str,
+              host_memory: float = offloading.HOST_MEMORY) -> list[str]:
     lay, mem = o.layout, o.memory
     big = max(mem.transients.items(), key=lambda kv: kv[1], default=("transient", 0))
     stage = f" (pipeline stage {mem.stage} of {lay.pp})" if lay.pp > 1 else ""
@@ -91,13 +111,21 @@ def _describe(o: Option, model, gpus: int, gpu: str, recipe: str) -> list[str]:
                 f"{k} {v / GIB:.2f}" for k, v in mem.terms.items()) + f" + {big[0]} "
             f"{big[1] / GIB:.2f}",
             f"  step {o.step_s:.3g} s = {_terms(o)}; MFU {mfu:.1%} (model FLOPs / step / GPUs "
-            "/ peak)"]
+            "/ peak)"] + _offload(o, model, gpu, recipe, host_memory)
 
 
 def nothing_fits(rows: list, gpus: int, batch) -> str:
     reasons = [o for _, o in rows if isinstance(o, str)]
     memory = sum(r.startswith("needs") for r in reasons)
-    split = len(reasons) - memory
+    host = sum(r.startswith("host memory") for r in reasons)
+    scope = sum(r.startswith("offload is") for r in reasons)
+    split = len(reasons) - memory - host - scope
+    if memory == 0 and host:
+        return (f"NOTHING FITS: {host} offloading layout(s) need more host memory than given "
+                "(see below)")
+    if memory == host == 0 and scope:
+        return ("NOTHING FITS: offload is modeled for one data-parallel rank and one pipeline "
+                f"stage, which no layout of the {gpus} GPUs that splits the batch has")
     if not rows:
         return f"NOTHING FITS: no layout of {gpus} GPUs (t within a node must divide the heads)"
     if memory == 0:
@@ -105,7 +133,9 @@ def nothing_fits(rows: list, gpus: int, batch) -> str:
                 "d x micro-batch, must divide it; see the reasons below)")
     need = "1 layout needs" if memory == 1 else f"{memory} layouts need"
     return (f"NOTHING FITS: {need} more memory than the GPU has"
-            + (f", {split} cannot split the batch {batch}" if split else ""))
+            + (f", {split} cannot split the batch {batch}" if split else "")
+            + (f"; offloaded to the host, {host} need more host memory than given (see below)"
+               if host else ""))
 
 
 def _compute_text(model, gpu, achievable) -> str:
@@ -126,7 +156,7 @@ def _links_text(gpu) -> str:
 
 def report(model, chosen, rows, gpus, gpu, memory, recipe, loss="torch",
            achievable=None, compare=None, everything=False,
-           batch=None) -> str:
+           batch=None, host_memory=offloading.HOST_MEMORY) -> str:
     name = roofline.spec(gpu)["name"]
     lines = [f"plan: {model.describe()} ({model.params() / 1e9:.2f}B parameters), {recipe}, "
              f"on {gpus} x {name} with {memory / GIB:.3g} GiB each (every number modeled)",
@@ -136,8 +166,11 @@ def report(model, chosen, rows, gpus, gpu, memory, recipe, loss="torch",
     if chosen is None:
         lines.append(nothing_fits(rows, gpus, batch))
     else:
+        if chosen.layout.offload != "none" and any(lay.offload == "none" for lay, _ in rows):
+            lines.append("nothing fits the GPU alone: model states offloaded to host memory "
+                         "(--offload auto; --offload none to refuse)")
         lines += [f"chosen: {layout_text(chosen.layout)}"] + _describe(chosen, model, gpus, gpu,
-                                                                       recipe)
+                                                                       recipe, host_memory)
         second = planner.runner_up(chosen, rows)
         if second is not None:
             lines += [f"runner-up: {layout_text(second.layout)}, step {second.step_s:.3g} s "
@@ -294,6 +327,11 @@ def main(argv=None) -> int:
     p.add_argument("--zero3", choices=zero3.IMPLEMENTATIONS, default="fsdp",
                    help="the ZeRO-3 implementation: PyTorch FSDP (a layer gathered ahead) or "
                    "DeepSpeed (stage3_prefetch_bucket_size, stage3_max_live_parameters)")
+    p.add_argument("--offload", choices=offloading.CHOICES, default="auto",
+                   help="model states in host memory: none, optimizer (ZeRO-Offload), params "
+                   "(ZeRO-Infinity), auto (offload only where nothing fits without; default)")
+    p.add_argument("--host-memory-gb", type=positive_float, default=offloading.HOST_MEMORY / GIB,
+                   help="host memory a GPU may offload to, GiB (default 64)")
     p.add_argument("--compare", metavar="T,P", help="also evaluate tensor size T x pipeline P")
     p.add_argument("--all", action="store_true", help="list every layout")
     p.add_argument("--sequential", help="MODULE:FACTORY returning a torch.nn.Sequential")
@@ -327,10 +365,11 @@ def main(argv=None) -> int:
     if a.compare:
         compare = _compare(a.compare, model, a.gpus, a.gpu, memory, a.batch, a.micro_batch,
                            **kw, zero3_impl=a.zero3)
+    host = a.host_memory_gb * GIB
     chosen, rows = plan(model, a.gpus, a.gpu, memory, a.batch, a.micro_batch, **kw,
-                        zero3=a.zero3)
+                        zero3=a.zero3, offload=a.offload, host_memory=host)
     print(report(model, chosen, rows, a.gpus, a.gpu, memory, a.recipe, a.loss, a.achievable,
-                 compare, a.all, a.batch))
+                 compare, a.all, a.batch, host))
     return 0 if chosen is not None else 1
 
 

@@ -148,7 +148,9 @@ class Layout:
     """Parallel degrees: dp data-parallel ranks (ZeRO shards over them), tp tensor-parallel,
     sp sequence parallelism (within tp), zero stage 0-3 (3 = FSDP full shard), micro-batch,
     pp pipeline stages, vp virtual stages (chunks) per GPU (vp > 1: interleaved 1F1B); zero3
-    the ZeRO-3 implementation, "fsdp" (PyTorch) or "deepspeed" (ckptlab.cluster.zero3)."""
+    the ZeRO-3 implementation, "fsdp" (PyTorch) or "deepspeed" (ckptlab.cluster.zero3);
+    offload the model states kept in host memory, "none", "optimizer" (ZeRO-Offload) or
+    "params" (ZeRO-Infinity: ckptlab.cluster.zero_offload)."""
 
     dp: int = 1
     tp: int = 1
@@ -158,6 +160,7 @@ class Layout:
     pp: int = 1
     vp: int = 1
     zero3: str = "fsdp"
+    offload: str = "none"
 
     def __post_init__(self):
         for name in ("dp", "tp", "micro_batch", "pp", "vp"):
@@ -168,6 +171,9 @@ class Layout:
             raise ValueError(f"zero: expected a ZeRO stage 0, 1, 2 or 3, got {self.zero!r}")
         if self.zero3 not in ("fsdp", "deepspeed"):
             raise ValueError(f"zero3: expected 'fsdp' or 'deepspeed', got {self.zero3!r}")
+        if self.offload not in ("none", "optimizer", "params"):
+            raise ValueError(f"offload: expected 'none', 'optimizer' or 'params', got "
+                             f"{self.offload!r}")
         if self.vp > 1 and self.pp < 2:
             raise ValueError(f"vp = {self.vp} virtual stages need a pipeline (pp >= 2)")
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from ckptlab.cluster import pipeline, step_time
 from ckptlab.cluster import step_memory as sm
 from ckptlab.cluster import zero3 as zero3_impl
+from ckptlab.cluster import zero_offload as offloading
 from ckptlab.measure import roofline
 
 BASES = ("none", "flash", "selective")
@@ -245,11 +246,28 @@ def plan(model, gpus: int, gpu: str, memory: float, batch: int | None = None,
          micro_batch: int | None = None, recipe: str = "bf16", loss: str = "torch",
          dropout: bool = True, achievable=None,
          overlap_dp: bool = True, bases=BASES, sequence_parallel: bool = True,
-         zero_stages=ZERO_STAGES, partial_full: bool = True, zero3: str = "fsdp") -> tuple:
+         zero_stages=ZERO_STAGES, partial_full: bool = True, zero3: str = "fsdp",
+         offload="none", host_memory: float = offloading.HOST_MEMORY) -> tuple:
     """(the fastest fitting Option or None, rows): rows are (Layout, Option or the reason
     nothing of that layout fits), one per layout tried; bases, sequence_parallel=False,
     zero_stages and partial_full=False (evaluate) leave out what a run's software did not
-    have; zero3 the ZeRO-3 implementation ("fsdp" or "deepspeed": ckptlab.cluster.zero3)."""
+    have; zero3 the ZeRO-3 implementation ("fsdp" or "deepspeed": ckptlab.cluster.zero3).
+    offload: the model states kept in host memory of `host_memory` bytes a GPU
+    (ckptlab.cluster.zero_offload): "none", "optimizer", "params", or "auto": none where
+    anything fits without, else both offloads weighed (rows: those of both searches)."""
+    if offload == "auto":
+        kw = dict(batch=batch, micro_batch=micro_batch, recipe=recipe, loss=loss,
+                  dropout=dropout, achievable=achievable, overlap_dp=overlap_dp, bases=bases,
+                  sequence_parallel=sequence_parallel, zero_stages=zero_stages,
+                  partial_full=partial_full, zero3=zero3, host_memory=host_memory)
+        chosen, rows = plan(model, gpus, gpu, memory, **kw)
+        if chosen is not None:
+            return chosen, rows
+        chosen, more = plan(model, gpus, gpu, memory, offload=("optimizer", "params"), **kw)
+        return chosen, rows + more
+    modes = (offload,) if isinstance(offload, str) else tuple(offload)
+    for mode in modes:
+        offloading.check(mode)
     check_limits(model, gpus, batch, micro_batch)
     check_memory(memory)
     roofline.spec(gpu)
@@ -260,7 +278,8 @@ def plan(model, gpus: int, gpu: str, memory: float, batch: int | None = None,
                          f"got {tuple(bases)!r} and {tuple(zero_stages)!r}")
     rows, todo = [], []
     zero3_impl.check(zero3)
-    for layout, m in layouts(model, gpus, gpu, batch, micro_batch):
+    for layout, m in offloading.variants(layouts(model, gpus, gpu, batch, micro_batch), modes,
+                                         model, sm.recipe_of(recipe), host_memory):
         if (layout.sp and not sequence_parallel) or layout.zero not in zero_stages:
             continue
         if layout.zero == 3:
@@ -310,7 +329,7 @@ def within_error(chosen: Option | None, rows: list, error: float = MODEL_ERROR) 
 
 def family(layout: sm.Layout) -> tuple:
     """What a layout is, apart from its micro-batch and virtual stages."""
-    return layout.tp, layout.sp, layout.pp, layout.dp, layout.zero
+    return layout.tp, layout.sp, layout.pp, layout.dp, layout.zero, layout.offload
 
 
 def runner_up(chosen: Option | None, rows: list) -> Option | None:
@@ -327,7 +346,9 @@ GROUPS = {  # a step's terms as the reports name them
     "element-wise": ("elementwise_f", "elementwise_b"), "recompute": ("recompute",),
     "tensor-parallel comm": ("tp_f", "tp_b"), "pipeline p2p": ("p2p",),
     "bubble": ("bubble",), "data-parallel comm (exposed)": ("dp_exposed",),
-    "optimizer": ("optimizer",)}
+    "optimizer": ("optimizer",), "offload: PCIe (exposed)": ("pcie_down", "pcie_params",
+                                                          "pcie_up"),
+    "offload: CPU Adam": ("cpu_adam",)}
 
 
 def grouped(st: step_time.StepTime) -> dict:

@@ -46,6 +46,9 @@ embedding, as Megatron-LM does):
               plus the unit's unsharded gradients before their reduce-scatter; DeepSpeed a
               layer and its prefetch bucket (at most stage3_max_live_parameters) and its
               gradient reduce bucket; on the last stage the loss's backward buffers (LOSSES).
+  offload     with layout.offload (ckptlab.cluster.zero_offload) the GPU keeps, in place of
+              the three above, the 16-bit parameters ("optimizer"; with "params" only the unit
+              streamed in and its prefetch) and a gradient bucket; the rest is in host memory.
   peak        params + grads + optimizer + activations + transient. With more than one
               micro-batch a step really holds all of it at once (the gradients accumulated so
               far beside the next micro-batch's activations); with one micro-batch the full
@@ -61,7 +64,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from ckptlab.cluster import at_scale, pipeline, zero3
+from ckptlab.cluster import at_scale, pipeline, zero3, zero_offload
 from ckptlab.cluster.gpt_layer import layer_activations  # noqa: F401 (re-exported)
 from ckptlab.cluster.llama_layer import LlamaShape  # noqa: F401 (re-exported)
 from ckptlab.cluster.model_shape import GPTShape, Layout, Shape, _positive  # noqa: F401
@@ -216,8 +219,10 @@ def _parts(model: Shape, layout: Layout, rec: Recipe, recompute: str, optimizer:
     # FlashAttention recomputes it tile by tile on chip and holds only its fp32 dQ accumulator
     # and D = rowsum(dO * O) (the lab's kernels and FlashAttention 2's dq_accum, softmax_d)
     backward = 4 * s * b * h // t + 4 * a * s * b // t if recompute == "flash" else whole - one
-    return _Parts(model_states(model.stage_params(t, p, stage), rec, layout.dp, layout.zero,
-                               optimizer), sum(flight),
+    states = model_states(model.stage_params(t, p, stage), rec, layout.dp, layout.zero,
+                          optimizer) if layout.offload == "none" else \
+        zero_offload.gpu_states(model, layout, rec)
+    return _Parts(states, sum(flight),
                   pipeline.stage_chunk_layers(model.layers, p, v, stage), fixed, one, whole,
                   model.layer_activations(b, "full", t=t, sp=layout.sp,
                                           bytes_per_value=rec.activation),
@@ -237,7 +242,8 @@ def _check(model, layout, recipe, recompute, optimizer, loss, micro_batches):
                          f"{optimizer!r}")
     if loss not in LOSSES:
         raise ValueError(f"loss: expected one of {sorted(LOSSES)}, got {loss!r}")
-    problem = model.tp_problem(layout.tp)
+    problem = model.tp_problem(layout.tp) or (zero_offload.problem(layout)
+                                               if layout.offload != "none" else None)
     if problem:
         raise ValueError(problem)
     if layout.vp > 1:

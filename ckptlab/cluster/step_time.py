@@ -51,6 +51,8 @@ Per step:
   optimizer   Adam's update reads and writes the fp32 master weights and both moments, reads the
               gradient and writes the 16-bit weight: (24 + grad + param) bytes a parameter of
               the shard, at the HBM bandwidth.
+  offload     (layout.offload) Adam on the CPU in place of the above, gradients down and
+              parameters up over PCIe: ckptlab.cluster.zero_offload.
   element-w.  LayerNorm, the bias-GeLU and the bias-dropout-residual adds, memory-bound: their
               bytes (elementwise_bytes) at the HBM bandwidth, the backward twice the forward's.
 Left out: the tied embedding's all-reduce between the first and last stages, the data loader,
@@ -64,7 +66,7 @@ from dataclasses import dataclass, field
 
 from ckptlab.cluster import efficiency as eff
 from ckptlab.cluster import links as fabrics
-from ckptlab.cluster import pipeline, zero3
+from ckptlab.cluster import pipeline, zero3, zero_offload
 from ckptlab.cluster import step_memory as sm
 from ckptlab.cluster.gpt_layer import elementwise_bytes  # noqa: F401 (re-exported)
 from ckptlab.measure import roofline, timemodel, unfused_attention
@@ -215,14 +217,16 @@ def _dp(model, layout, gpu, rec, stage, m, backward_s, forward_s,
 def step_time(model: sm.GPTShape, layout: sm.Layout, gpu, recipe="bf16",
               recompute: str = "none", full_layers: int = 0, micro_batches: int = 1,
               loss: str = "torch", achievable=None,
-              overlap_dp: bool = True, dropout: bool = True) -> StepTime:
+              overlap_dp: bool = True, dropout: bool = True, delayed: bool = False) -> StepTime:
     """The modeled seconds of a step of m = micro_batches micro-batches (each
     layout.micro_batch sequences) on every pipeline; recompute as step_memory's (its per-layer
     choice, with the first full_layers of each chunk recomputed whole). overlap_dp=False: the
     data-parallel traffic waits for the backward to end (Megatron-LM until 2023: its local DDP
     all-reduced the gradients after the last micro-batch), else it hides as the module says.
     dropout: whether the layers apply it (step_memory's; standard attention's dropout launches
-    and the residual adds' masks)."""
+    and the residual adds' masks). With layout.offload the optimizer runs on the CPU and the
+    transfers over PCIe add what does not hide (ckptlab.cluster.zero_offload); delayed: its
+    one-step delayed parameter update."""
     rec = sm.recipe_of(recipe)
     sm._check(model, layout, rec, recompute, "adam", loss, micro_batches)
     achievable = efficiency(model, layout, gpu, achievable)
@@ -251,6 +255,10 @@ def step_time(model: sm.GPTShape, layout: sm.Layout, gpu, recipe="bf16",
     st.terms = dict(ideal, bubble=(pipeline.step_units(p, m, v) - m) * mb,
                     dp_exposed=dp_exposed + gather,
                     optimizer=shard * (24 + rec.grad + rec.param) / hbm)
+    if layout.offload != "none":  # Adam on the CPU, the transfers over PCIe
+        st.terms["optimizer"] = 0.0
+        st.terms.update(zero_offload.time_terms(model, layout, rec, _spec(gpu)["name"], m, fwd,
+                                                bwd, delayed, min(node, layout.gpus)))
     return st
 
 
