@@ -11,7 +11,7 @@ import pytest
 
 from ckptlab.cli import main as cli
 from ckptlab.cli import plan
-from ckptlab.cluster import planner, step_time
+from ckptlab.cluster import plan_compare, planner, step_time
 from ckptlab.cluster import step_memory as sm
 
 GIB = 1024**3
@@ -78,7 +78,7 @@ def test_gpt3_on_1024_a100s_beats_the_published_layouts(capsys):
         assert tried, (t, p)
         fits = [o for o in tried if isinstance(o, plan.Option)]
         assert fits and min(o.step_s for o in fits) >= chosen.step_s
-    second = planner.runner_up(chosen, rows)
+    second = plan_compare.runner_up(chosen, rows)
     assert second.step_s >= chosen.step_s and planner.family(second.layout) != \
         planner.family(chosen.layout)
     assert run("plan", "--model", "gpt3-175b", "--gpu", "a100", "--gpus", "1024",
@@ -210,4 +210,4 @@ def test_pruning_loses_neither_the_plan_nor_the_runner_up():
     assert any(planner.is_pruned(o) for _, o in rows)  # it prunes
     best = min((o for _, o in every), key=lambda o: (o.step_s, o.peak))
     assert (chosen.layout, chosen.step_s) == (best.layout, best.step_s)
-    assert planner.runner_up(chosen, rows).step_s == planner.runner_up(best, every).step_s
+    assert plan_compare.runner_up(chosen, rows).step_s == plan_compare.runner_up(best, every).step_s

@@ -12,7 +12,7 @@ import random
 import pytest
 
 from ckptlab.cli import bench_plan_check as pc
-from ckptlab.cluster import pipeline, planner, published_runs
+from ckptlab.cluster import pipeline, plan_compare, planner, published_runs
 from ckptlab.cluster import step_memory as sm
 
 GIB = 2**30
@@ -62,16 +62,16 @@ def check_plan(model, gpus, gpu, memory, batch, zero3):
     stages = [sm.step_memory(shaped, chosen.layout, stage=i, **kw).peak
               for i in range(chosen.layout.pp)]
     assert max(stages) == chosen.peak
-    second = planner.runner_up(chosen, rows)
+    second = plan_compare.runner_up(chosen, rows)
     others = [o for o in fits if planner.family(o.layout) != planner.family(chosen.layout)]
     if second is None:
         assert not others
     else:
         assert planner.family(second.layout) != planner.family(chosen.layout)
         assert chosen.step_s <= second.step_s == min(o.step_s for o in others)
-    close = planner.within_error(chosen, rows)
+    close = plan_compare.within_error(chosen, rows)
     assert close[0].step_s == chosen.step_s
-    assert all(o.step_s <= chosen.step_s * (1 + planner.MODEL_ERROR) for o in close)
+    assert all(o.step_s <= chosen.step_s * (1 + plan_compare.MODEL_ERROR) for o in close)
     assert len({planner.family(o.layout) for o in close}) == len(close)
     for _, o in rows:  # a pruned layout's matmuls alone outlast the runner-up's whole step
         if planner.is_pruned(o):

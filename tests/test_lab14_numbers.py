@@ -7,7 +7,7 @@ import pathlib
 import pytest
 
 from ckptlab.cli import plan
-from ckptlab.cluster import planner, step_time
+from ckptlab.cluster import plan_compare, planner, step_time
 
 nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (requirements-dev)")
 
@@ -31,7 +31,7 @@ def test_the_gpt3_plan_and_its_runner_up(text):
     mfu = step_time.model_flops(model, 1536) / chosen.step_s / 1024 / 312e12
     assert f"{chosen.peak / GIB:.1f} GiB a GPU and a modeled {chosen.step_s:.1f} s step " \
            f"(MFU {mfu:.1%})" in text
-    second = planner.runner_up(chosen, rows)
+    second = plan_compare.runner_up(chosen, rows)
     lay2 = second.layout
     assert (lay2.tp, lay2.sp, lay2.pp, lay2.zero) == (4, False, 1, 3)
     assert f"is {second.step_s / chosen.step_s - 1:.1%} slower" in text
@@ -40,8 +40,8 @@ def test_the_gpt3_plan_and_its_runner_up(text):
     assert f"sequence parallelism splits (+{d['elementwise_f'] + d['elementwise_b']:.2f} s)" \
         in text
     # the tie: the layouts within the model's demonstrated error of the plan
-    close = planner.within_error(chosen, rows)
-    assert f"is {planner.MODEL_ERROR:.1%} (the median" in text
+    close = plan_compare.within_error(chosen, rows)
+    assert f"is {plan_compare.MODEL_ERROR:.1%} (the median" in text
     words = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight"]
     assert f"and {words[len(close)]} layouts lie within it" in text
     # FlashAttention's share of the step against standard attention on the same layout

@@ -4,7 +4,7 @@
 import pytest
 
 from ckptlab.cli import main as cli
-from ckptlab.cluster import links, planner, step_time, zero3
+from ckptlab.cluster import links, plan_compare, planner, step_time, zero3
 from ckptlab.cluster import step_memory as sm
 from ckptlab.measure import roofline
 
@@ -68,7 +68,7 @@ def test_the_plan_reports_a_tie_within_the_models_error(capsys):
     assert cli.main(["plan", "--model", "gpt3-175b", "--gpus", "1024", "--memory-gb", "80",
                      "--batch", "1536"]) == 0
     out = capsys.readouterr().out
-    assert "a tie:" in out and f"({planner.MODEL_ERROR:.1%}" in out
+    assert "a tie:" in out and f"({plan_compare.MODEL_ERROR:.1%}" in out
     assert "links: DGX A100, 8 GPUs a node: 230 GB/s a GPU inside it (77% of 300)" in out
     assert cli.main(["plan", "--model", "gpt2-small", "--gpu", "4090", "--memory-gb", "24",
                      "--micro-batch", "16", "--zero3", "deepspeed"]) == 0

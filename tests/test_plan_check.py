@@ -85,10 +85,10 @@ def test_the_fit_reads_only_the_calibration_rows(monkeypatch):
 
 
 def test_the_tie_constant_is_plan_checks_median_held_out_error(table):
-    from ckptlab.cluster import planner
+    from ckptlab.cluster import plan_compare
 
     median, worst = pc.held_out_error(table)
-    assert round(median, 3) == planner.MODEL_ERROR and worst >= median
+    assert round(median, 3) == plan_compare.MODEL_ERROR and worst >= median
 
 
 def test_targets(table):

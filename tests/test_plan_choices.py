@@ -4,7 +4,7 @@ the recompute FLOPs of an interleaved layout, and the term why_faster names."""
 
 import pytest
 
-from ckptlab.cluster import efficiency, pipeline, planner, step_time, zero3
+from ckptlab.cluster import efficiency, pipeline, plan_compare, planner, step_time, zero3
 from ckptlab.cluster import step_memory as sm
 
 GIB = 1024**3
@@ -63,7 +63,7 @@ def test_pruning_keeps_the_runner_up(model, gpus, batch, memory):
     every = _every_option(model, gpus, memory * GIB, batch)
     best = min((o for _, o in every), key=lambda o: (o.step_s, o.peak))
     assert chosen.step_s == best.step_s
-    ours, theirs = planner.runner_up(chosen, rows), planner.runner_up(best, every)
+    ours, theirs = plan_compare.runner_up(chosen, rows), plan_compare.runner_up(best, every)
     assert ours is not None and ours.step_s == theirs.step_s
 
 
@@ -76,7 +76,7 @@ def test_the_runner_up_is_another_family(model, gpus, batch, memory):
     the report's table lists once), never the plan's own layout with another micro-batch or
     virtual stages."""
     chosen, rows = planner.plan(model, gpus, "a100", memory * GIB, batch=batch)
-    second = planner.runner_up(chosen, rows)
+    second = plan_compare.runner_up(chosen, rows)
     assert planner.family(second.layout) != planner.family(chosen.layout)
     others = [o for _, o in rows if isinstance(o, planner.Option)
               and planner.family(o.layout) != planner.family(chosen.layout)]
@@ -112,9 +112,10 @@ def _option(terms):
 def test_why_faster_names_what_the_slower_loses_and_gains():
     a = _option(dict(matmul_f=1.0, bubble=0.5, dp_exposed=0.2))
     b = _option(dict(matmul_f=1.0, bubble=1.5, dp_exposed=0.1))
-    assert planner.why_faster(a, b) == "bubble +1 s, though data-parallel comm (exposed) -0.1 s"
+    assert plan_compare.why_faster(a, b) == ("bubble +1 s, though data-parallel comm (exposed) "
+                                             "-0.1 s")
     c = _option(dict(matmul_f=1.0, bubble=0.5, tp_f=0.3, dp_exposed=0.2))
-    assert planner.why_faster(a, c) == "tensor-parallel comm +0.3 s"  # nothing gained
+    assert plan_compare.why_faster(a, c) == "tensor-parallel comm +0.3 s"  # nothing gained
 
 
 def test_a_plan_that_fills_the_memory_exactly_fits():
@@ -154,8 +155,8 @@ def test_the_ties_are_the_families_within_the_error():
     close = planner.replace(close, layout=sm.Layout(tp=2))
     far = planner.replace(far, layout=sm.Layout(tp=4))
     rows = [(o.layout, o) for o in (fast, close, far)]
-    assert planner.within_error(fast, rows, 0.055) == [fast, close]
-    assert planner.within_error(fast, rows, 0.0) == [fast]  # the plan ties with itself
+    assert plan_compare.within_error(fast, rows, 0.055) == [fast, close]
+    assert plan_compare.within_error(fast, rows, 0.0) == [fast]  # the plan ties with itself
 
 
 def test_a_whole_chunk_or_none_recomputes_every_layer_of_the_chunk():

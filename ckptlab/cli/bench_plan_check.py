@@ -10,7 +10,7 @@ batch:
              E_MAX h / (h + X_HALF) of the peak) is fitted on the rows named in
              published_runs.CALIBRATION only; the error is reported on every row, the
              calibration rows marked, the held-out ones summarised (median and max |error|:
-             the model's demonstrated error, planner.MODEL_ERROR).
+             the model's demonstrated error, plan_compare.MODEL_ERROR).
   planner    the plan ckptlab.cluster.planner chooses on the same GPUs and batch: its layout,
              its modeled time against the published layout's, and the term that differs most;
              then the planner limited to what the run's software had (published_runs.SOFTWARE:
@@ -35,7 +35,7 @@ import sys
 
 from ckptlab.cli import bench_plan_check_llama
 from ckptlab.cli.report import UsageError, writable_file, write_csv
-from ckptlab.cluster import efficiency, fsdp_runs, planner, published_runs, step_time
+from ckptlab.cluster import efficiency, fsdp_runs, plan_compare, planner, published_runs, step_time
 from ckptlab.cluster import step_memory as sm
 
 RECIPE = "bf16"  # published_runs' shared assumption: 16 bytes a parameter
@@ -177,7 +177,7 @@ def rows(achievable=None, names=None) -> list[dict]:
                         f"{key}_step_s": chosen.step_s, f"{key}_not_slower":
                         opt is None or not seen or chosen.step_s <= opt.step_s * (1 + 1e-12)})
             if opt is not None:
-                why = ("published loses on " + planner.why_faster(chosen, opt)
+                why = ("published loses on " + plan_compare.why_faster(chosen, opt)
                        if opt.step_s > chosen.step_s else "the same"
                        if opt.step_s == chosen.step_s or seen
                        else f"published micro-batch {r.micro_batch} is not one the planner tries")

@@ -45,7 +45,7 @@ from pathlib import Path
 
 from ckptlab.cli import hf_llama
 from ckptlab.cli.report import UsageError, positive_float, positive_int
-from ckptlab.cluster import efficiency, planner, step_time, zero3
+from ckptlab.cluster import efficiency, plan_compare, planner, step_time, zero3
 from ckptlab.cluster import step_memory as sm
 from ckptlab.cluster import zero_offload as offloading
 from ckptlab.measure import roofline
@@ -82,7 +82,7 @@ def layout_text(lay: sm.Layout) -> str:
 
 
 def _terms(o: Option) -> str:
-    return " + ".join(f"{k} {v:.3g}" for k, v in planner.grouped(o.time).items() if v > 0)
+    return " + ".join(f"{k} {v:.3g}" for k, v in plan_compare.grouped(o.time).items() if v > 0)
 
 
 def _offload(o: Option, model, gpu: str, recipe: str, host_memory: float) -> list[str]:
@@ -171,18 +171,18 @@ def report(model, chosen, rows, gpus, gpu, memory, recipe, loss="torch",
                          "(--offload auto; --offload none to refuse)")
         lines += [f"chosen: {layout_text(chosen.layout)}"] + _describe(chosen, model, gpus, gpu,
                                                                        recipe, host_memory)
-        second = planner.runner_up(chosen, rows)
+        second = plan_compare.runner_up(chosen, rows)
         if second is not None:
             lines += [f"runner-up: {layout_text(second.layout)}, step {second.step_s:.3g} s "
                       f"({second.step_s / chosen.step_s - 1:+.1%}): it loses on "
-                      f"{planner.why_faster(chosen, second)}"]
+                      f"{plan_compare.why_faster(chosen, second)}"]
         lines += _ties(chosen, rows)
     if compare is not None:
         lay, opt = compare
         if isinstance(opt, Option):
             verdict = ("as fast as the plan" if opt.step_s <= chosen.step_s
                        else f"{opt.step_s / chosen.step_s - 1:+.1%} against the plan: it loses "
-                       f"on {planner.why_faster(chosen, opt)}")
+                       f"on {plan_compare.why_faster(chosen, opt)}")
             lines += [f"your layout: {layout_text(opt.layout)}, step {opt.step_s:.3g} s, "
                       f"{verdict}"] + _describe(opt, model, gpus, gpu, recipe)
         else:
@@ -218,8 +218,8 @@ def report(model, chosen, rows, gpus, gpu, memory, recipe, loss="torch",
 def _ties(chosen, rows) -> list[str]:
     """The layouts whose modeled step is within the model's demonstrated error of the plan's:
     a tie when there is more than one."""
-    close = planner.within_error(chosen, rows)
-    err = f"{planner.MODEL_ERROR:.1%}"
+    close = plan_compare.within_error(chosen, rows)
+    err = f"{plan_compare.MODEL_ERROR:.1%}"
     if len(close) <= 1:
         return [f"a decision: no other layout within the model's demonstrated error ({err}, "
                 "the median |error| on bench plan-check's held-out runs)"]

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import functools
 
-from ckptlab.cluster import planner, step_time
+from ckptlab.cluster import plan_compare, planner, step_time
 from ckptlab.cluster import step_memory as sm
 from ckptlab.exercises.verdict import NOT_YET, Verdict, right, unanswered, wrong
 
 # within the model's demonstrated error of the fastest layout's modeled step counts as right (the
 # median |error| on bench plan-check's held-out runs: the model cannot order layouts closer)
-TOLERANCE = planner.MODEL_ERROR
+TOLERANCE = plan_compare.MODEL_ERROR
 
 
 @functools.lru_cache(maxsize=16)
@@ -94,7 +94,7 @@ def choose_layout(answer, model: sm.GPTShape, gpus: int, gpu: str, memory_gib: f
     best = min(fits, key=lambda o: o.step_s)
     if best.step_s <= chosen.step_s * (1 + TOLERANCE):
         return right()
-    loses = planner.difference(chosen, best)[0][0]
+    loses = plan_compare.difference(chosen, best)[0][0]
     return wrong(f"t = {t}, p = {p} fits, but its best step is "
                  f"{best.step_s / chosen.step_s - 1:.0%} slower than the fastest layout's; it "
                  f"loses most on {loses}. Which change of t or p shrinks that?")
