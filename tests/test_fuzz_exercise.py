@@ -140,7 +140,7 @@ CHEAP = ("row_softmax", "naive_softmax", "checkpoint")
 
 @pytest.mark.parametrize("name", CHEAP)
 def test_random_learner_files_hold_the_checks_invariants(name, tmp_path):
-    for seed in range(3):
+    for seed in range(6):  # with these seeds: no build, wrong, fault, a refused picture, right
         fuzz_one(name, seed, tmp_path)
 
 
@@ -171,5 +171,5 @@ def test_the_commands_exit_status_says_its_status(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [*write.KERNELS, "checkpoint"])
 def test_a_wider_sweep_holds_the_checks_invariants(name, tmp_path):
-    for seed in range(3, 15):
+    for seed in range(6, 18):
         fuzz_one(name, seed, tmp_path, agree=True)
