@@ -25,8 +25,8 @@ def test_a_message_with_the_nonce_that_is_no_report_is_void(body):
     assert report.pattern == "forged"
 
 
-def test_the_nonce_is_long_enough_to_guess_never():
-    """A verdict is taken only behind the 32 random bytes drawn for its check."""
+def test_a_verdict_behind_a_nonce_one_byte_off_is_void():
+    """A verdict is taken only behind every byte of the nonce drawn for its check."""
     good = Report("checkpoint", RIGHT, ["right"])
     nonce = b"\x01" * sandbox.NONCE_BYTES
     assert sandbox._verdict([nonce + pickle.dumps(good)], nonce, "checkpoint").ok
