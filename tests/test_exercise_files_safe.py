@@ -139,6 +139,30 @@ def test_every_reset_keeps_a_numbered_backup_byte_for_byte(labs):
     assert files.backups(path) == [path.with_name(f"naive_ds.cu.bak{k}") for k in (2, 3, 4)]
 
 
+def test_a_backup_takes_the_number_after_the_largest_even_with_gaps(tmp_path):
+    """Copies 2..4 deleted: the next copy is .bak6, after .bak5, so the numbers still go in the
+    order the copies were made (a free low number is not reused)."""
+    path = tmp_path / "row_softmax.cu"
+    path.write_bytes(b"mine\n")
+    for n in (1, 5):
+        path.with_name(f"{path.name}.bak{n}").write_bytes(b"old %d" % n)
+    assert files.backup(path).name == "row_softmax.cu.bak6"
+    assert [q.name[-4:] for q in files.backups(path)] == ["bak1", "bak5", "bak6"]
+    assert path.with_name("row_softmax.cu.bak5").read_bytes() == b"old 5"
+
+
+def test_a_backup_never_writes_over_a_copy_that_appeared_since_the_listing(tmp_path,
+                                                                          monkeypatch):
+    """Another reset's copy made between the listing and the write (the listing stale): the
+    copy goes to the next free number, the other one is kept."""
+    path = tmp_path / "row_softmax.cu"
+    path.write_bytes(b"mine\n")
+    path.with_name("row_softmax.cu.bak1").write_bytes(b"the other reset's")
+    monkeypatch.setattr(files, "backups", lambda p: [])
+    assert files.backup(path).name == "row_softmax.cu.bak2"
+    assert path.with_name("row_softmax.cu.bak1").read_bytes() == b"the other reset's"
+
+
 def test_backups_are_ignored_by_git():
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")

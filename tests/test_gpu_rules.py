@@ -47,6 +47,23 @@ def test_a_host_function_is_refused_at_its_line(call):
     assert "no GPU has it" in found[0][1]
 
 
+@pytest.mark.parametrize("code, kind", [('system("true");', "a host function"),
+                                        ("std::exit(1);", "a host function"),
+                                        ('std::cout << "x";', "host code"),
+                                        ("std::thread t;", "host code")])
+def test_the_refusal_says_whether_it_is_a_call(code, kind):
+    """A call is named as a host function; an object or type a GPU lacks as host code."""
+    found = refused(KERNEL % code)
+    assert found and f"is {kind}:" in found[0][1], found
+
+
+def test_a_digit_separator_is_no_character_literal():
+    """`1'000` (C++14) opens no character literal: a call later on its line is still seen."""
+    assert refused(KERNEL % "int n = 1'000; x[1] = n;") == []
+    found = refused(KERNEL % "int n = 1'000; system(\"true\");")
+    assert [line for line, _ in found] == [3], found
+
+
 @pytest.mark.parametrize("fine", [
     'printf("exit(0) %f\\n", x[0]);', "// system(\"rm -rf /\"); fopen()", "/* exit(0); */",
     "int read = 3, write = read; float time = 2.0f; x[1] = read + write + time;",
