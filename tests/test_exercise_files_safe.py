@@ -59,6 +59,7 @@ def test_the_picture_never_overwrites_a_file_ckptlab_did_not_draw(labs):
     assert mine.read_bytes() == before
 
 
+@pytest.mark.slow  # three pictures drawn (seconds)
 def test_the_picture_takes_the_format_its_name_says_and_may_redraw_its_own(tmp_path):
     from ckptlab.exercises.write.check import picture
 
@@ -175,6 +176,7 @@ def test_backups_are_ignored_by_git():
 # ---- files that are not UTF-8, or start with a byte-order mark --------------------------------
 
 
+@pytest.mark.slow  # ten commands in subprocesses (seconds)
 def test_every_command_handles_a_file_that_is_not_utf8(labs):
     """Latin-1 with an accent in a comment: each command answers in its own way, in one line
     where it refuses, and never with a traceback."""

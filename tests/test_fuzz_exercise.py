@@ -144,6 +144,7 @@ def test_random_learner_files_hold_the_checks_invariants(name, tmp_path):
         fuzz_one(name, seed, tmp_path)
 
 
+@pytest.mark.slow  # commands in subprocesses (seconds); the API's fuzz stays in the default run
 def test_the_commands_exit_status_says_its_status(tmp_path):
     """The CLI on two random files: exit 0 right, 1 wrong/no build/fault, 3 not attempted; 2
     for a picture over a file ckptlab did not draw, which is left as it was."""

@@ -53,6 +53,7 @@ def test_fsdp_rows_are_llm_foundrys_and_agree_with_themselves():
         assert r.batch % (r.gpus * r.micro_batch) == 0
 
 
+@pytest.mark.slow  # refits the curve on its whole grid (seconds); the short fit below stays
 def test_the_curve_is_the_fit_on_the_calibration_rows():
     from ckptlab.cluster import efficiency
 

@@ -199,6 +199,7 @@ def test_reset_restores_the_shipped_file_and_keeps_the_work(tmp_path, monkeypatc
     assert any(p.read_text() == filled("scratch/flash_forward") for p in kept), kept
 
 
+@pytest.mark.slow  # commands in subprocesses (seconds)
 def test_the_command_line_agrees_with_the_api(tmp_path):
     name = "scratch/flash_forward"
     shipped = _cli("check", name)

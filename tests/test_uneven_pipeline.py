@@ -8,7 +8,6 @@ import pytest
 from ckptlab.cluster import pipeline, planner, step_time
 from ckptlab.cluster import step_memory as sm
 from ckptlab.cluster.llama_layer import LlamaShape
-from ckptlab.torch import pipeline as torch_pipeline
 
 GIB = 2**30
 
@@ -21,6 +20,12 @@ def test_splits_as_the_frameworks_do():
     assert pipeline.split_layers(5, 3) == [2, 2, 1]
     assert pipeline.split_layers(80, 6, first=12, last=12) == [12] + [14] * 4 + [12]
     assert pipeline.split_layers(80, 6, first=10) == [10] + [14] * 5
+
+
+def test_the_torch_pipeline_splits_the_same_way():
+    pytest.importorskip("torch", reason="PyTorch is not installed: pip install -e '.[torch]'")
+    from ckptlab.torch import pipeline as torch_pipeline
+
     for layers, p in ((126, 16), (70, 12), (5, 3), (31, 4)):
         assert [len(r) for r in torch_pipeline.split_layers(layers, p)] == \
             pipeline.split_layers(layers, p)
